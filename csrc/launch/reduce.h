@@ -1,0 +1,32 @@
+// Launchers for the reductions: raw pointers, a stream, no torch. The caller
+// allocates `workspace` of reduce_workspace_bytes() (the torch layer takes it
+// from the caching allocator), so a launch never allocates or synchronizes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../kernels/reduce_op.h"
+#include "../kernels/dtype.h"
+
+namespace fastreduce {
+
+// A dense (outer, len, inner) view of the input, reduced over `len`.
+// The output is dense (outer, inner) of the op's torch output type:
+// int64 for sums and products of integers and bools, the input type otherwise.
+struct ReduceProblem {
+  ReduceKind kind;
+  DType dtype;
+  int64_t outer;
+  int64_t len;
+  int64_t inner;
+};
+
+size_t reduce_workspace_bytes(const ReduceProblem& problem, int sm_count);
+
+cudaError_t reduce(const ReduceProblem& problem, const void* input, void* output, void* workspace,
+                   int sm_count, cudaStream_t stream);
+
+}  // namespace fastreduce

@@ -1,0 +1,177 @@
+// torch semantics of sum/mean/prod/amax/amin: dims, keepdim, dtype
+// promotion, empty tensors; and the layout work that turns any strided input
+// into the dense (outer, len, inner) view the kernels take.
+#include <ATen/WrapDimUtilsMulti.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "common.h"
+#include "ops.h"
+
+namespace fastreduce {
+namespace {
+
+// A dense view of the input, reduced over `len`, whose output buffer holds
+// the kept dims in `kept_order` (logical dim indices, memory order).
+struct Layout {
+  at::Tensor dense;
+  int64_t outer = 1, len = 1, inner = 1;
+  std::vector<int64_t> kept_order;
+};
+
+// Finds (outer, len, inner) without a copy when the input is a dense
+// permutation whose kept and reduced dims form at most kept|reduced|kept in
+// memory order (contiguous, transposed, most slices of those). Otherwise
+// copies once into (kept..., reduced...) order.
+Layout make_layout(const at::Tensor& x, const std::bitset<at::dim_bitset_size>& reduced) {
+  const int64_t ndim = x.dim();
+  std::vector<int64_t> order(ndim);
+  std::iota(order.begin(), order.end(), 0);
+  at::Tensor source = x;
+  if (x.is_non_overlapping_and_dense()) {
+    // Memory order: outermost (largest stride) first; size-1 dims do not matter.
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return x.stride(a) > x.stride(b); });
+  } else {
+    source = x.contiguous();
+  }
+
+  // Runs of kept/reduced dims in memory order, size-1 dims skipped.
+  std::vector<std::pair<bool, int64_t>> runs;
+  Layout layout;
+  for (int64_t d : order) {
+    if (x.size(d) == 1) continue;
+    if (!reduced[d]) layout.kept_order.push_back(d);
+    if (!runs.empty() && runs.back().first == reduced[d]) runs.back().second *= x.size(d);
+    else runs.emplace_back(reduced[d], x.size(d));
+  }
+  const bool direct = runs.size() <= 2 || (runs.size() == 3 && !runs[0].first);
+  if (direct) {
+    layout.dense = source.permute(order);  // dense and contiguous by construction
+    size_t i = 0;
+    if (i < runs.size() && !runs[i].first) layout.outer = runs[i++].second;
+    if (i < runs.size() && runs[i].first) layout.len = runs[i++].second;
+    if (i < runs.size()) layout.inner = runs[i].second;
+    return layout;
+  }
+  std::vector<int64_t> kept, dropped;
+  for (int64_t d = 0; d < ndim; ++d) (reduced[d] ? dropped : kept).push_back(d);
+  layout.kept_order.clear();
+  for (int64_t d : kept) {
+    layout.outer *= x.size(d);
+    if (x.size(d) != 1) layout.kept_order.push_back(d);
+  }
+  for (int64_t d : dropped) layout.len *= x.size(d);
+  kept.insert(kept.end(), dropped.begin(), dropped.end());
+  layout.dense = x.permute(kept).contiguous();
+  return layout;
+}
+
+std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<at::dim_bitset_size>& reduced,
+                                  bool keepdim) {
+  std::vector<int64_t> shape;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!reduced[d]) shape.push_back(x.size(d));
+    else if (keepdim) shape.push_back(1);
+  }
+  return shape;
+}
+
+// Identity-valued output for a reduction over zero elements.
+at::Scalar empty_value(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::Prod: return 1;
+    case ReduceKind::Mean: return std::numeric_limits<double>::quiet_NaN();
+    default: return 0;
+  }
+}
+
+bool is_wide_integer_result(ReduceKind kind) { return kind == ReduceKind::Sum || kind == ReduceKind::Prod; }
+
+// x is already cast to the compute dtype; out_dtype is what the user gets.
+at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::OptionalIntArrayRef dim,
+                  bool keepdim, at::ScalarType out_dtype) {
+  to_dtype(x.scalar_type(), op);
+  std::bitset<at::dim_bitset_size> reduced;
+  if (dim.has_value() && !dim->empty()) {
+    reduced = at::dim_list_to_bitset(*dim, x.dim());
+  } else {
+    for (int64_t d = 0; d < std::max<int64_t>(x.dim(), 1); ++d) reduced.set(d);
+  }
+  const auto shape = output_shape(x, reduced, keepdim);
+
+  if (kind == ReduceKind::Max || kind == ReduceKind::Min) {
+    TORCH_CHECK(x.numel() != 0 || (dim.has_value() && !dim->empty()), op,
+                "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                "reduction dim with the 'dim' argument.");
+    for (int64_t d = 0; d < x.dim(); ++d)
+      TORCH_CHECK_INDEX(!reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", d,
+                        " to have non-zero size.");
+  }
+
+  const bool widen = is_wide_integer_result(kind) && at::isIntegralType(x.scalar_type(), true);
+  const auto kernel_dtype = widen ? at::kLong : x.scalar_type();
+  const auto options = x.options().dtype(kernel_dtype);
+  if (x.numel() == 0) return at::full(shape, empty_value(kind), options).to(out_dtype);
+
+  Layout layout = make_layout(x, reduced);
+  std::vector<int64_t> buffer_shape;
+  for (int64_t d : layout.kept_order) buffer_shape.push_back(x.size(d));
+  at::Tensor out = at::empty(buffer_shape, options);
+  if (x.is_cuda()) reduce_cuda(kind, layout.dense, layout.outer, layout.len, layout.inner, out);
+  else reduce_cpu(kind, layout.dense, layout.outer, layout.len, layout.inner, out);
+
+  // The buffer holds the kept dims in memory order; put them in logical order.
+  std::vector<int64_t> to_logical(layout.kept_order.size());
+  std::iota(to_logical.begin(), to_logical.end(), 0);
+  std::sort(to_logical.begin(), to_logical.end(),
+            [&](int64_t a, int64_t b) { return layout.kept_order[a] < layout.kept_order[b]; });
+  out = out.permute(to_logical).contiguous().view(shape);
+  return kernel_dtype == out_dtype ? out : out.to(out_dtype);
+}
+
+// sum and prod: integers and bools give int64 unless `dtype` says otherwise;
+// with `dtype`, the input is cast first, as torch does.
+at::Tensor reduce_with_dtype(ReduceKind kind, const char* op, const at::Tensor& self,
+                             at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  to_dtype(self.scalar_type(), op);
+  if (dtype.has_value()) {
+    to_dtype(*dtype, op);
+    return reduce(kind, op, self.to(*dtype), dim, keepdim, *dtype);
+  }
+  const bool widen = at::isIntegralType(self.scalar_type(), true);
+  return reduce(kind, op, self, dim, keepdim, widen ? at::kLong : self.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+               std::optional<at::ScalarType> dtype) {
+  return reduce_with_dtype(ReduceKind::Sum, "sum", self, dim, keepdim, dtype);
+}
+
+at::Tensor prod(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype) {
+  return reduce_with_dtype(ReduceKind::Prod, "prod", self, dim, keepdim, dtype);
+}
+
+at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype) {
+  to_dtype(self.scalar_type(), "mean");
+  const auto compute = dtype.value_or(self.scalar_type());
+  TORCH_CHECK(at::isFloatingType(compute),
+              "mean(): could not infer output dtype. ", dtype.has_value() ? "Optional" : "Input",
+              " dtype must be either a floating point or complex dtype. Got: ", at::toString(compute));
+  return reduce(ReduceKind::Mean, "mean", self.to(compute), dim, keepdim, compute);
+}
+
+at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  return reduce(ReduceKind::Max, "amax", self, dim, keepdim, self.scalar_type());
+}
+
+at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  return reduce(ReduceKind::Min, "amin", self, dim, keepdim, self.scalar_type());
+}
+
+}  // namespace fastreduce

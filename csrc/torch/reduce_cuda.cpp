@@ -1,0 +1,33 @@
+#include <array>
+#include <atomic>
+
+#include "../launch/reduce.h"
+#include "common.h"
+#include "cuda_utils.h"
+
+namespace fastreduce {
+
+int sm_count() {
+  static std::array<std::atomic<int>, 64> cached{};
+  const int device = c10::cuda::current_device();
+  int count = device < 64 ? cached[device].load() : 0;
+  if (count == 0) {
+    check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "sm_count");
+    if (device < 64) cached[device] = count;
+  }
+  return count;
+}
+
+void reduce_cuda(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t len, int64_t inner,
+                 at::Tensor& out) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  const ReduceProblem problem{kind, to_dtype(input.scalar_type(), "reduce"), outer, len, inner};
+  const int sms = sm_count();
+  const size_t bytes = reduce_workspace_bytes(problem, sms);
+  at::Tensor scratch = workspace(input, bytes);
+  check_cuda(reduce(problem, input.const_data_ptr(), out.data_ptr(), bytes ? scratch.data_ptr() : nullptr,
+                    sms, current_stream()),
+             "fastreduce reduction");
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,12 @@
+"""fastreduce: reduction, layer-norm and softmax operators for PyTorch.
+
+Importing the package loads the compiled library, which registers the
+``torch.ops.fastreduce`` operators, then their fake kernels and autograd.
+"""
+
+import torch  # noqa: F401  (the library links against torch: load it first)
+
+from . import _C  # noqa: F401  (registers torch.ops.fastreduce.*)
+from .reductions import amax, amin, mean, prod, sum
+
+__all__ = ["sum", "mean", "prod", "amax", "amin"]
