@@ -1,0 +1,38 @@
+import pytest
+import torch
+
+import fastreduce_torch  # noqa: F401  (registers the operators)
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# Every device-parametrized test runs on the CPU everywhere and on CUDA where
+# a GPU is present; the CUDA copies carry the `cuda` mark.
+DEVICES = ["cpu", pytest.param("cuda", marks=[requires_cuda, pytest.mark.cuda])]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped without one)")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def random_tensor(shape, dtype=torch.float32, device="cpu", low=-100, high=100):
+    """Random data of any dtype: normal floats, uniform integers, coin-flip bools."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if dtype == torch.bool:
+        return torch.rand(shape, device=device) < 0.5
+    if dtype.is_floating_point:
+        return torch.randn(shape, device=device).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(max(low, info.min), min(high, info.max) + 1, shape, device=device, dtype=dtype)
+
+
+def offset_view(x: torch.Tensor, offset: int) -> torch.Tensor:
+    """The same values as ``x`` at storage offset ``offset`` (breaks 16-byte alignment)."""
+    flat = torch.empty(x.numel() + offset, dtype=x.dtype, device=x.device)
+    view = flat[offset:].view(x.shape)
+    view.copy_(x)
+    return view
