@@ -1,0 +1,108 @@
+"""Timing and reporting shared by the benchmarks.
+
+Timing: CUDA events around each call, the L2 evicted before each call by
+*reading* a buffer several times its size (a write-flush leaves dirty lines
+that slow mid sizes), warm-up first, median of the repetitions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Callable
+
+import torch
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+class Timer:
+    def __init__(self, flush_mb: int = 256):
+        self.flush = torch.empty(flush_mb * 2**20 // 4, dtype=torch.float32, device="cuda").uniform_()
+        self.sink = torch.empty((), device="cuda")
+
+    def evict_l2(self) -> None:
+        torch.amax(self.flush, 0, out=self.sink)
+
+    def median_us(self, fn: Callable[[], object], reps: int = 30, warmup: int = 3, budget_s: float = 2.0) -> float:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        events = []
+        start_time = datetime.datetime.now()
+        for i in range(reps):
+            self.evict_l2()
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn()
+            end.record()
+            events.append((begin, end))
+            if i >= 5 and (datetime.datetime.now() - start_time).total_seconds() > budget_s:
+                break
+        torch.cuda.synchronize()
+        return statistics.median(b.elapsed_time(e) for b, e in events) * 1e3
+
+
+def environment() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    driver = "unknown"
+    try:
+        import subprocess
+
+        driver = subprocess.check_output(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], text=True
+        ).strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {
+        "gpu": props.name,
+        "sms": props.multi_processor_count,
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+    }
+
+
+def header(env: dict) -> str:
+    return (
+        f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, "
+        f"CUDA {env['cuda']}, {env['date']}; `{env['command']}`"
+    )
+
+
+def print_table(title: str, columns: list[str], rows: list[list]) -> str:
+    """Prints and returns a Markdown table."""
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}"
+        return str(v)
+
+    lines = [f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    text = "\n".join(lines) + "\n"
+    print(text, flush=True)
+    return text
+
+
+def save_json(name: str, payload: dict) -> str:
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, name)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+    return path
+
+
+def progress(iterable, label: str):
+    """A one-line progress counter on stderr (no extra dependency)."""
+    items = list(iterable)
+    for i, item in enumerate(items):
+        print(f"\r{label}: {i + 1}/{len(items)}", end="", file=sys.stderr, flush=True)
+        yield item
+    print(file=sys.stderr)
