@@ -12,10 +12,11 @@ namespace fastreduce {
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-template <typename Op, typename Acc>
+// Reduces across aligned groups of kWidth lanes (a power of two up to 32).
+template <typename Op, int kWidth = kWarpSize, typename Acc>
 __device__ __forceinline__ Acc warp_allreduce(Acc value) {
 #pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+  for (int offset = kWidth / 2; offset > 0; offset /= 2)
     value = Op::combine(value, __shfl_xor_sync(kFullMask, value, offset));
   return value;
 }
@@ -36,12 +37,15 @@ __device__ __forceinline__ Acc block_allreduce(Acc value, Acc* scratch) {
   return value;
 }
 
-// 16 bytes of In, loaded as one vector.
-template <typename In>
-struct alignas(16) Vec16 {
-  static constexpr int kSize = 16 / sizeof(In);
-  In elem[kSize];
+// N consecutive elements loaded as one vector.
+template <typename In, int N>
+struct alignas(sizeof(In) * N) VecN {
+  static constexpr int kSize = N;
+  In elem[N];
 };
+
+template <typename In>
+using Vec16 = VecN<In, 16 / sizeof(In)>;
 
 template <typename Op, typename In, typename Acc = typename Op::acc_t>
 __device__ __forceinline__ Acc combine_vec(Acc acc, const Vec16<In>& v) {
@@ -64,17 +68,19 @@ __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64
   data += head;
   n -= head;
 
+  // kUnroll predicated loads are issued before any is used, so each thread
+  // keeps kUnroll * 16 bytes in flight even on the last, partial round.
   const auto* vecs = reinterpret_cast<const Vec16<In>*>(data);
   const int64_t num_vecs = n / kVec;
-  int64_t i = rank;
-  for (; i + (kUnroll - 1) * team < num_vecs; i += kUnroll * team) {
+  for (int64_t base = rank; base < num_vecs; base += kUnroll * team) {
     Vec16<In> v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = vecs[i + u * team];
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * team < num_vecs) v[u] = vecs[base + u * team];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc = combine_vec<Op>(acc, v[u]);
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * team < num_vecs) acc = combine_vec<Op>(acc, v[u]);
   }
-  for (; i < num_vecs; i += team) acc = combine_vec<Op>(acc, vecs[i]);
 
   for (int64_t j = num_vecs * kVec + rank; j < n; j += team)
     acc = Op::combine(acc, static_cast<Acc>(data[j]));

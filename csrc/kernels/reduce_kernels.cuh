@@ -33,70 +33,87 @@ __global__ void reduce_all_kernel(const In* __restrict__ x, int64_t n, Out* __re
 }
 
 // Rows of a (rows, row_len) matrix, each cut into `splits` segments of `chunk`
-// elements. A segment is reduced by one warp (short rows) or one block, and
-// writes out[row * splits + segment].
-template <typename Op, typename In, typename Out, bool kFinal, bool kWarpPerSegment>
+// elements. A segment is reduced by a team of kTeam lanes (short rows; a power
+// of two up to 32) or, with kTeam == 0, by the whole block, and writes
+// out[row * splits + segment].
+template <typename Op, typename In, typename Out, bool kFinal, int kTeam>
 __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len,
                                    int64_t splits, int64_t chunk, Out* __restrict__ out,
                                    typename Op::acc_t scale) {
   using Acc = typename Op::acc_t;
+  constexpr bool kWholeBlock = kTeam == 0;
   __shared__ Acc scratch[kWarpSize];
-  const int64_t segment = kWarpPerSegment ? static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                                                threadIdx.x / kWarpSize
-                                          : blockIdx.x;
-  if (segment >= rows * splits) return;  // whole warps only: no barrier follows in that case
-  const int64_t rank = kWarpPerSegment ? threadIdx.x % kWarpSize : threadIdx.x;
-  const int64_t team = kWarpPerSegment ? kWarpSize : blockDim.x;
+  const int64_t segment =
+      kWholeBlock ? blockIdx.x : static_cast<int64_t>(blockIdx.x) * (blockDim.x / kTeam) + threadIdx.x / kTeam;
+  // Lanes past the last segment still join the shuffles, with nothing to read.
+  const bool valid = segment < rows * splits;
+  const int64_t rank = kWholeBlock ? threadIdx.x : threadIdx.x % kTeam;
+  const int64_t team = kWholeBlock ? blockDim.x : kTeam;
   const int64_t row = segment / splits;
   const int64_t start = (segment % splits) * chunk;
-  const int64_t length = start + chunk < row_len ? chunk : row_len - start;
-  Acc acc = strided_reduce<Op>(x + row * row_len + start, length, rank, team, Op::identity());
-  acc = kWarpPerSegment ? warp_allreduce<Op>(acc) : block_allreduce<Op>(acc, scratch);
-  if (rank == 0) store_result<Op, Out, kFinal>(out, segment, acc, scale);
+  const int64_t length = !valid ? 0 : start + chunk < row_len ? chunk : row_len - start;
+  Acc acc = strided_reduce<Op>(x + (valid ? row * row_len + start : 0), length, rank, team, Op::identity());
+  if constexpr (kWholeBlock) acc = block_allreduce<Op>(acc, scratch);
+  else acc = warp_allreduce<Op, kTeam>(acc);
+  if (valid && rank == 0) store_result<Op, Out, kFinal>(out, segment, acc, scale);
 }
 
-constexpr int kColumnTile = 32;    // columns per block: one warp-wide coalesced row
+constexpr int kColumnTile = 32;    // threads across the columns of a tile: one warp
 constexpr int kColumnLanes = 8;    // rows a block walks at once
 constexpr int kColumnThreads = kColumnTile * kColumnLanes;
 
 // Columns of an (outer, len, inner) view: out[(o * splits + s) * inner + i] folds
 // x[o, r, i] for r in segment s. blockIdx.x enumerates (o, column tile),
-// blockIdx.y the segment. Threads of a warp read consecutive columns.
-template <typename Op, typename In, typename Out, bool kFinal>
+// blockIdx.y the segment. Each thread owns kVec adjacent columns and loads
+// them as one vector (kVec > 1 needs inner % kVec == 0 and an aligned x), so a
+// warp reads 32 * kVec consecutive elements of a row.
+template <typename Op, typename In, typename Out, bool kFinal, int kVec>
 __global__ void __launch_bounds__(kColumnThreads)
     reduce_columns_kernel(const In* __restrict__ x, int64_t len, int64_t inner, int64_t splits,
                           int64_t chunk, Out* __restrict__ out, typename Op::acc_t scale) {
   using Acc = typename Op::acc_t;
-  __shared__ Acc partial[kColumnLanes][kColumnTile + 1];
+  using Pack = VecN<In, kVec>;
+  constexpr int kTileColumns = kColumnTile * kVec;
+  constexpr int kUnroll = 4;
+  __shared__ Acc partial[kColumnLanes][kTileColumns + 1];
   const int tx = threadIdx.x % kColumnTile;
   const int ty = threadIdx.x / kColumnTile;
-  const int64_t tiles = (inner + kColumnTile - 1) / kColumnTile;
+  const int64_t tiles = (inner + kTileColumns - 1) / kTileColumns;
   const int64_t o = blockIdx.x / tiles;
-  const int64_t column = (blockIdx.x % tiles) * kColumnTile + tx;
+  const int64_t tile_start = (blockIdx.x % tiles) * kTileColumns;
+  const int64_t column = tile_start + tx * kVec;
   const int64_t segment = blockIdx.y;
   const int64_t begin = segment * chunk;
   const int64_t end = begin + chunk < len ? begin + chunk : len;
 
-  Acc acc = Op::identity();
+  Acc acc[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) acc[k] = Op::identity();
   if (column < inner) {
-    const In* p = x + o * len * inner + column;
-    constexpr int kUnroll = 4;
-    int64_t r = begin + ty;
-    for (; r + (kUnroll - 1) * kColumnLanes < end; r += kUnroll * kColumnLanes) {
-      In v[kUnroll];
+    const auto* packs = reinterpret_cast<const Pack*>(x + o * len * inner + column);
+    const int64_t row_stride = inner / kVec;
+    for (int64_t base = begin + ty; base < end; base += kUnroll * kColumnLanes) {
+      Pack v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = p[(r + u * kColumnLanes) * inner];
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * kColumnLanes < end) v[u] = packs[(base + u * kColumnLanes) * row_stride];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) acc = Op::combine(acc, static_cast<Acc>(v[u]));
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * kColumnLanes < end) {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) acc[k] = Op::combine(acc[k], static_cast<Acc>(v[u].elem[k]));
+        }
     }
-    for (; r < end; r += kColumnLanes) acc = Op::combine(acc, static_cast<Acc>(p[r * inner]));
   }
-  partial[ty][tx] = acc;
-  __syncthreads();
-  if (ty == 0 && column < inner) {
 #pragma unroll
-    for (int k = 1; k < kColumnLanes; ++k) acc = Op::combine(acc, partial[k][tx]);
-    store_result<Op, Out, kFinal>(out, (o * splits + segment) * inner + column, acc, scale);
+  for (int k = 0; k < kVec; ++k) partial[ty][tx * kVec + k] = acc[k];
+  __syncthreads();
+  for (int c = threadIdx.x; c < kTileColumns; c += kColumnThreads) {
+    if (tile_start + c >= inner) break;
+    Acc total = partial[0][c];
+#pragma unroll
+    for (int k = 1; k < kColumnLanes; ++k) total = Op::combine(total, partial[k][c]);
+    store_result<Op, Out, kFinal>(out, (o * splits + segment) * inner + tile_start + c, total, scale);
   }
 }
 

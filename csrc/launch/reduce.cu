@@ -1,7 +1,10 @@
 // Chooses the decomposition of a reduction (full / rows / columns, how many
-// segments) from its shape and the SM count, and launches the kernels.
+// segments, team and vector widths) from its shape, its alignment and the SM
+// count, and launches the kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include "../kernels/reduce_kernels.cuh"
 #include "reduce.h"
@@ -14,8 +17,8 @@ constexpr int kAllBlocksPerSm = 4;
 constexpr int kFinishThreads = 1024;
 constexpr int kRowThreads = 512;
 constexpr int kRowBlocksPerSm = 4;
-constexpr int kWarpRowMaxLen = 1024;    // rows up to this length get one warp each
-constexpr int64_t kMinSegment = 4096;    // elements: below this a split costs more than it buys
+constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
+constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
 constexpr int kColumnBlocksPerSm = 8;
 constexpr int64_t kMinColumnRowsPerLane = 16;
 
@@ -23,9 +26,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct Plan {
   enum class Layout { All, Rows, Columns } layout;
-  int64_t segments;   // partials per output element (1: single pass)
-  int64_t chunk;      // elements of `len` per segment
-  bool warp_per_row;  // Rows only
+  int64_t segments;  // partials per output element (1: single pass)
+  int64_t chunk;     // elements of `len` per segment
+  int team;          // Rows: lanes per row, 0 for a whole block
+  int vec;           // Columns: columns per thread
 };
 
 Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count) {
@@ -34,43 +38,71 @@ Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count) {
     // Enough blocks to fill the chip, each thread with 4 vectors in flight.
     const int64_t per_block = kAllThreads * vec * 4;
     const int64_t blocks = std::min<int64_t>(ceil_div(p.len, per_block), sm_count * kAllBlocksPerSm);
-    return {Plan::Layout::All, std::max<int64_t>(blocks, 1), 0, false};
+    return {Plan::Layout::All, std::max<int64_t>(blocks, 1), p.len, 0, 1};
   }
   if (p.inner == 1) {
-    const bool warp_per_row = p.len <= kWarpRowMaxLen;
+    if (p.len <= kTeamRowMaxLen) {
+      // The smallest team that gives each lane at most 4 vectors.
+      const int64_t vecs = ceil_div(p.len, vec);
+      int team = 4;
+      while (team < 32 && team * 4 < vecs) team *= 2;
+      return {Plan::Layout::Rows, 1, p.len, team, 1};
+    }
     int64_t segments = 1;
     const int64_t target = int64_t(sm_count) * kRowBlocksPerSm;
-    if (!warp_per_row && p.outer < target)
+    if (p.outer < target)
       segments = std::min(ceil_div(target, p.outer), std::max<int64_t>(p.len / kMinSegment, 1));
     // Keep segment starts 16-byte aligned whenever the rows are.
     const int64_t chunk = ceil_div(ceil_div(p.len, segments), vec) * vec;
-    return {Plan::Layout::Rows, ceil_div(p.len, chunk), chunk, warp_per_row};
+    return {Plan::Layout::Rows, ceil_div(p.len, chunk), chunk, 0, 1};
   }
-  const int64_t blocks = ceil_div(p.inner, kColumnTile) * p.outer;
+  const bool packed = p.inner % vec == 0 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0;
+  const int columns_per_thread = packed ? static_cast<int>(vec) : 1;
+  const int64_t blocks = ceil_div(p.inner, kColumnTile * columns_per_thread) * p.outer;
   const int64_t target = int64_t(sm_count) * kColumnBlocksPerSm;
   int64_t segments = 1;
   if (blocks < target)
     segments = std::min(ceil_div(target, blocks),
                         std::max<int64_t>(p.len / (kColumnLanes * kMinColumnRowsPerLane), 1));
   const int64_t chunk = std::max<int64_t>(ceil_div(p.len, segments), 1);
-  return {Plan::Layout::Columns, std::max<int64_t>(ceil_div(p.len, chunk), 1), chunk, false};
+  return {Plan::Layout::Columns, std::max<int64_t>(ceil_div(p.len, chunk), 1), chunk, 0, columns_per_thread};
+}
+
+template <typename Op, typename In, typename Out, bool kFinal>
+void launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t splits, const In* x, Out* out,
+                 typename Op::acc_t scale, cudaStream_t stream) {
+  const int64_t segments = rows * splits;
+  auto run = [&](auto team) {
+    constexpr int kTeam = decltype(team)::value;
+    const int64_t grid = kTeam == 0 ? segments : ceil_div(segments, kRowThreads / kTeam);
+    reduce_rows_kernel<Op, In, Out, kFinal, kTeam>
+        <<<grid, kRowThreads, 0, stream>>>(x, rows, row_len, splits, plan.chunk, out, scale);
+  };
+  switch (plan.team) {
+    case 4: return run(std::integral_constant<int, 4>{});
+    case 8: return run(std::integral_constant<int, 8>{});
+    case 16: return run(std::integral_constant<int, 16>{});
+    case 32: return run(std::integral_constant<int, 32>{});
+    default: return run(std::integral_constant<int, 0>{});
+  }
 }
 
 template <ReduceKind K, typename In>
-cudaError_t launch(const ReduceProblem& p, const In* x, void* output, void* workspace, int sm_count,
-                   cudaStream_t stream) {
+cudaError_t launch(const ReduceProblem& p, void* output, void* workspace, int sm_count, cudaStream_t stream) {
   using T = ReduceTypes<K, In>;
   using Op = typename T::op_t;
   using Acc = typename T::acc_t;
   using Out = typename T::out_t;
+  const auto* x = static_cast<const In*>(p.input);
   auto* out = static_cast<Out*>(output);
   auto* partials = static_cast<Acc*>(workspace);
   const Acc scale = static_cast<Acc>(1.0 / static_cast<double>(p.len));
   const Plan plan = make_plan(p, sizeof(In), sm_count);
+  const bool two_pass = plan.segments > 1;
 
   switch (plan.layout) {
     case Plan::Layout::All:
-      if (plan.segments == 1) {
+      if (!two_pass) {
         reduce_all_kernel<Op, In, Out, true><<<1, kAllThreads, 0, stream>>>(x, p.len, out, scale);
       } else {
         reduce_all_kernel<Op, In, Acc, false>
@@ -79,31 +111,31 @@ cudaError_t launch(const ReduceProblem& p, const In* x, void* output, void* work
             <<<1, kFinishThreads, 0, stream>>>(partials, plan.segments, out, scale);
       }
       break;
-    case Plan::Layout::Rows: {
-      const int warps = kRowThreads / kWarpSize;
-      if (plan.warp_per_row) {
-        reduce_rows_kernel<Op, In, Out, true, true><<<ceil_div(p.outer, warps), kRowThreads, 0, stream>>>(
-            x, p.outer, p.len, 1, plan.chunk, out, scale);
-      } else if (plan.segments == 1) {
-        reduce_rows_kernel<Op, In, Out, true, false>
-            <<<p.outer, kRowThreads, 0, stream>>>(x, p.outer, p.len, 1, plan.chunk, out, scale);
+    case Plan::Layout::Rows:
+      if (!two_pass) {
+        launch_rows<Op, In, Out, true>(plan, p.outer, p.len, 1, x, out, scale, stream);
       } else {
-        reduce_rows_kernel<Op, In, Acc, false, false><<<p.outer * plan.segments, kRowThreads, 0, stream>>>(
-            x, p.outer, p.len, plan.segments, plan.chunk, partials, scale);
-        reduce_rows_kernel<Op, Acc, Out, true, true><<<ceil_div(p.outer, warps), kRowThreads, 0, stream>>>(
-            partials, p.outer, plan.segments, 1, plan.segments, out, scale);
+        launch_rows<Op, In, Acc, false>(plan, p.outer, p.len, plan.segments, x, partials, scale, stream);
+        const Plan finish{Plan::Layout::Rows, 1, plan.segments, 32, 1};
+        launch_rows<Op, Acc, Out, true>(finish, p.outer, plan.segments, 1, partials, out, scale, stream);
       }
       break;
-    }
     case Plan::Layout::Columns: {
-      const dim3 grid(ceil_div(p.inner, kColumnTile) * p.outer, plan.segments);
-      if (plan.segments == 1) {
-        reduce_columns_kernel<Op, In, Out, true>
-            <<<grid, kColumnThreads, 0, stream>>>(x, p.len, p.inner, 1, plan.chunk, out, scale);
-      } else {
-        reduce_columns_kernel<Op, In, Acc, false><<<grid, kColumnThreads, 0, stream>>>(
-            x, p.len, p.inner, plan.segments, plan.chunk, partials, scale);
-        reduce_columns_kernel<Op, Acc, Out, true><<<dim3(grid.x, 1), kColumnThreads, 0, stream>>>(
+      auto first_pass = [&](auto columns_per_thread) {
+        constexpr int kVec = decltype(columns_per_thread)::value;
+        const dim3 grid(ceil_div(p.inner, kColumnTile * kVec) * p.outer, plan.segments);
+        if (two_pass)
+          reduce_columns_kernel<Op, In, Acc, false, kVec><<<grid, kColumnThreads, 0, stream>>>(
+              x, p.len, p.inner, plan.segments, plan.chunk, partials, scale);
+        else
+          reduce_columns_kernel<Op, In, Out, true, kVec>
+              <<<grid, kColumnThreads, 0, stream>>>(x, p.len, p.inner, 1, plan.chunk, out, scale);
+      };
+      if (plan.vec > 1) first_pass(std::integral_constant<int, Vec16<In>::kSize>{});
+      else first_pass(std::integral_constant<int, 1>{});
+      if (two_pass) {
+        const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
+        reduce_columns_kernel<Op, Acc, Out, true, 1><<<finish_grid, kColumnThreads, 0, stream>>>(
             partials, plan.segments, p.inner, 1, plan.segments, out, scale);
       }
       break;
@@ -131,13 +163,12 @@ size_t reduce_workspace_bytes(const ReduceProblem& problem, int sm_count) {
   return bytes;
 }
 
-cudaError_t reduce(const ReduceProblem& problem, const void* input, void* output, void* workspace,
-                   int sm_count, cudaStream_t stream) {
+cudaError_t reduce(const ReduceProblem& problem, void* output, void* workspace, int sm_count,
+                   cudaStream_t stream) {
   if (problem.outer * problem.inner == 0) return cudaSuccess;
   return dispatch_kind(problem, [&](auto kind, auto tag) {
-    using In = typename decltype(tag)::type;
-    return launch<decltype(kind)::value, In>(problem, static_cast<const In*>(input), output, workspace,
-                                              sm_count, stream);
+    return launch<decltype(kind)::value, typename decltype(tag)::type>(problem, output, workspace, sm_count,
+                                                                      stream);
   });
 }
 

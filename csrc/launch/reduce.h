@@ -19,6 +19,7 @@ namespace fastreduce {
 struct ReduceProblem {
   ReduceKind kind;
   DType dtype;
+  const void* input;  // the plan looks at its alignment
   int64_t outer;
   int64_t len;
   int64_t inner;
@@ -26,7 +27,7 @@ struct ReduceProblem {
 
 size_t reduce_workspace_bytes(const ReduceProblem& problem, int sm_count);
 
-cudaError_t reduce(const ReduceProblem& problem, const void* input, void* output, void* workspace,
-                   int sm_count, cudaStream_t stream);
+cudaError_t reduce(const ReduceProblem& problem, void* output, void* workspace, int sm_count,
+                   cudaStream_t stream);
 
 }  // namespace fastreduce

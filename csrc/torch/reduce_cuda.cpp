@@ -21,12 +21,12 @@ int sm_count() {
 void reduce_cuda(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t len, int64_t inner,
                  at::Tensor& out) {
   const c10::cuda::CUDAGuard guard(input.device());
-  const ReduceProblem problem{kind, to_dtype(input.scalar_type(), "reduce"), outer, len, inner};
+  const ReduceProblem problem{kind, to_dtype(input.scalar_type(), "reduce"), input.const_data_ptr(), outer,
+                              len, inner};
   const int sms = sm_count();
   const size_t bytes = reduce_workspace_bytes(problem, sms);
   at::Tensor scratch = workspace(input, bytes);
-  check_cuda(reduce(problem, input.const_data_ptr(), out.data_ptr(), bytes ? scratch.data_ptr() : nullptr,
-                    sms, current_stream()),
+  check_cuda(reduce(problem, out.data_ptr(), bytes ? scratch.data_ptr() : nullptr, sms, current_stream()),
              "fastreduce reduction");
 }
 
