@@ -7,6 +7,7 @@ Importing the package loads the compiled library, which registers the
 import torch  # noqa: F401  (the library links against torch: load it first)
 
 from . import _C  # noqa: F401  (registers torch.ops.fastreduce.*)
+from .ladder import ladder, sum_variant, variants
 from .reductions import amax, amin, mean, prod, sum
 
-__all__ = ["sum", "mean", "prod", "amax", "amin"]
+__all__ = ["sum", "mean", "prod", "amax", "amin", "sum_variant", "variants", "ladder"]

@@ -20,4 +20,8 @@ void reduce_cpu(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t
 void reduce_cuda(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t len, int64_t inner,
                  at::Tensor& out);
 
+// Sums the contiguous 1-D CUDA tensor `flat` with ladder rung `rung` into `out`.
+void ladder_cuda(int rung, const at::Tensor& flat, at::Tensor& out);
+void read_probe_cuda(const at::Tensor& data, at::Tensor& flag);
+
 }  // namespace fastreduce

@@ -18,4 +18,7 @@ at::Tensor prod(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdi
 at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 
+at::Tensor sum_variant(const at::Tensor& self, c10::string_view variant);
+at::Tensor read_probe(const at::Tensor& self);
+
 }  // namespace fastreduce

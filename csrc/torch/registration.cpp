@@ -1,13 +1,30 @@
-// The one place where operators meet the dispatcher.
+// The one place where operators meet the dispatcher, and the Python module
+// that exposes the ladder table.
 #include <Python.h>
 #include <torch/library.h>
 
+#include "../ladder/table.h"
 #include "ops.h"
 
-// Importing fastreduce_torch._C runs the registrations below; the module
-// itself exposes nothing.
+namespace {
+
+// fastreduce_torch._C.ladder() -> [(name, summary, deterministic), ...]
+PyObject* ladder_table(PyObject*, PyObject*) {
+  PyObject* rows = PyList_New(fastreduce::kLadderSize);
+  for (int i = 0; i < fastreduce::kLadderSize; ++i) {
+    const auto& rung = fastreduce::kLadder[i];
+    PyList_SET_ITEM(rows, i, Py_BuildValue("(ssO)", rung.name, rung.summary, rung.deterministic ? Py_True : Py_False));
+  }
+  return rows;
+}
+
+PyMethodDef methods[] = {{"ladder", ladder_table, METH_NOARGS, "The kernel ladder: (name, summary, deterministic)."},
+                         {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace
+
 extern "C" PyObject* PyInit__C() {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
   return PyModule_Create(&module);
 }
 
@@ -17,14 +34,18 @@ TORCH_LIBRARY(fastreduce, m) {
   m.def("prod(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
   m.def("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
   m.def("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
+  m.def("sum_variant(Tensor self, str variant) -> Tensor");
+  m.def("_read_probe(Tensor self) -> Tensor");
 }
 
-#define FASTREDUCE_IMPLS(m)          \
-  m.impl("sum", &fastreduce::sum);   \
-  m.impl("mean", &fastreduce::mean); \
-  m.impl("prod", &fastreduce::prod); \
-  m.impl("amax", &fastreduce::amax); \
-  m.impl("amin", &fastreduce::amin);
+#define FASTREDUCE_IMPLS(m)                        \
+  m.impl("sum", &fastreduce::sum);                 \
+  m.impl("mean", &fastreduce::mean);               \
+  m.impl("prod", &fastreduce::prod);               \
+  m.impl("amax", &fastreduce::amax);               \
+  m.impl("amin", &fastreduce::amin);               \
+  m.impl("sum_variant", &fastreduce::sum_variant); \
+  m.impl("_read_probe", &fastreduce::read_probe);
 
 TORCH_LIBRARY_IMPL(fastreduce, CPU, m) { FASTREDUCE_IMPLS(m) }
 

@@ -1,0 +1,19 @@
+// Rung 18: the project's own kernel, the one torch.ops.fastreduce.sum runs.
+// Against rung 14: 16-byte loads with four predicated vectors in flight per
+// thread, a grid of four 512-thread blocks per SM, a butterfly block reduce,
+// and one block finishing the partials: deterministic, no atomics, no memset.
+#pragma once
+#include "../launch/reduce.h"
+#include "rung.cuh"
+
+namespace fastreduce::ladder {
+
+template <typename In>
+cudaError_t fastreduce(const RungArgs& a) {
+  const DType dtype = std::is_same_v<In, float> ? DType::Float
+                      : std::is_same_v<In, int32_t> ? DType::Int32 : DType::BFloat16;
+  const ReduceProblem problem{ReduceKind::Sum, dtype, a.x, 1, a.n, 1};
+  return reduce(problem, a.out, a.workspace, a.sm_count, a.stream);
+}
+
+}  // namespace fastreduce::ladder
