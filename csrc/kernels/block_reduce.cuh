@@ -68,11 +68,19 @@ __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64
   data += head;
   n -= head;
 
-  // kUnroll predicated loads are issued before any is used, so each thread
-  // keeps kUnroll * 16 bytes in flight even on the last, partial round.
+  // Full rounds: kUnroll loads issued before any is used. The last, partial
+  // round predicates them, so it too keeps its loads in flight.
   const auto* vecs = reinterpret_cast<const Vec16<In>*>(data);
   const int64_t num_vecs = n / kVec;
-  for (int64_t base = rank; base < num_vecs; base += kUnroll * team) {
+  int64_t base = rank;
+  for (; base + (kUnroll - 1) * team < num_vecs; base += kUnroll * team) {
+    Vec16<In> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = vecs[base + u * team];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc = combine_vec<Op>(acc, v[u]);
+  }
+  if (base < num_vecs) {
     Vec16<In> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)

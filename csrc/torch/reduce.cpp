@@ -105,9 +105,11 @@ at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::Opti
     TORCH_CHECK(x.numel() != 0 || (dim.has_value() && !dim->empty()), op,
                 "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
                 "reduction dim with the 'dim' argument.");
+    // The Python wrappers raise IndexError for this, as torch does; a
+    // TORCH_CHECK_INDEX thrown from here crashed the process under torch 2.11
+    // (NOTES.md), so direct op calls get a RuntimeError.
     for (int64_t d = 0; d < x.dim(); ++d)
-      TORCH_CHECK_INDEX(!reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", d,
-                        " to have non-zero size.");
+      TORCH_CHECK(!reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", d, " to have non-zero size.");
   }
 
   const bool widen = is_wide_integer_result(kind) && at::isIntegralType(x.scalar_type(), true);
