@@ -7,7 +7,14 @@ Importing the package loads the compiled library, which registers the
 import torch  # noqa: F401  (the library links against torch: load it first)
 
 from . import _C  # noqa: F401  (registers torch.ops.fastreduce.*)
+from . import nn
 from .ladder import ladder, sum_variant, variants
+from .nn import patch
+from .norms import causal_softmax, layer_norm, softmax
 from .reductions import amax, amin, mean, prod, sum
 
-__all__ = ["sum", "mean", "prod", "amax", "amin", "sum_variant", "variants", "ladder"]
+__all__ = [
+    "sum", "mean", "prod", "amax", "amin",
+    "layer_norm", "softmax", "causal_softmax", "nn", "patch",
+    "sum_variant", "variants", "ladder",
+]

@@ -18,6 +18,17 @@ at::Tensor prod(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdi
 at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                          const std::optional<at::Tensor>& weight,
+                                                          const std::optional<at::Tensor>& bias, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias);
+at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype);
+at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
+at::Tensor causal_softmax(const at::Tensor& scores, double scale);
+at::Tensor causal_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, double scale);
+
 at::Tensor sum_variant(const at::Tensor& self, c10::string_view variant);
 at::Tensor read_probe(const at::Tensor& self);
 

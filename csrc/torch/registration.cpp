@@ -34,6 +34,16 @@ TORCH_LIBRARY(fastreduce, m) {
   m.def("prod(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
   m.def("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
   m.def("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
+  m.def(
+      "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) "
+      "-> (Tensor, Tensor, Tensor)");
+  m.def(
+      "layer_norm_backward(Tensor grad_out, Tensor input, int[] normalized_shape, Tensor mean, Tensor rstd, "
+      "Tensor? weight, Tensor? bias) -> (Tensor, Tensor, Tensor)");
+  m.def("softmax(Tensor self, int dim=-1, *, ScalarType? dtype=None) -> Tensor");
+  m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
+  m.def("causal_softmax(Tensor scores, float scale=1.0) -> Tensor");
+  m.def("causal_softmax_backward(Tensor grad_output, Tensor output, float scale) -> Tensor");
   m.def("sum_variant(Tensor self, str variant) -> Tensor");
   m.def("_read_probe(Tensor self) -> Tensor");
 }
@@ -44,6 +54,12 @@ TORCH_LIBRARY(fastreduce, m) {
   m.impl("prod", &fastreduce::prod);               \
   m.impl("amax", &fastreduce::amax);               \
   m.impl("amin", &fastreduce::amin);               \
+  m.impl("layer_norm", &fastreduce::layer_norm);   \
+  m.impl("layer_norm_backward", &fastreduce::layer_norm_backward); \
+  m.impl("softmax", &fastreduce::softmax);         \
+  m.impl("softmax_backward", &fastreduce::softmax_backward); \
+  m.impl("causal_softmax", &fastreduce::causal_softmax); \
+  m.impl("causal_softmax_backward", &fastreduce::causal_softmax_backward); \
   m.impl("sum_variant", &fastreduce::sum_variant); \
   m.impl("_read_probe", &fastreduce::read_probe);
 

@@ -1,0 +1,192 @@
+// layer_norm and softmax (plain and GPT-2 causal), forward and backward, on
+// the project's block reduce. One block per row: the row is read from global
+// memory once, with 16-byte loads where it is aligned, into shared memory
+// (as the accumulator type), and every later pass reads it there. Rows too
+// long for shared memory stream from global memory on each pass instead.
+#pragma once
+
+#include "block_reduce.cuh"
+
+namespace fastreduce {
+
+template <typename T>
+using opmath_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+__device__ __forceinline__ float exp_acc(float v) { return expf(v); }
+__device__ __forceinline__ double exp_acc(double v) { return exp(v); }
+__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
+
+// A row, read from its shared-memory copy when there is one.
+template <typename T, typename A>
+struct Row {
+  const T* global;
+  const A* cache;
+  __device__ __forceinline__ A operator[](int64_t i) const { return cache ? cache[i] : static_cast<A>(global[i]); }
+};
+
+// Copies row[0, n) into `cache` (if not null) and returns the view of it.
+// Ends with a barrier.
+template <typename T, typename A>
+__device__ Row<T, A> stage_row(const T* row, int64_t n, A* cache) {
+  if (cache) {
+    constexpr int kVec = Vec16<T>::kSize;
+    int64_t done = 0;
+    if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+      const auto* packs = reinterpret_cast<const Vec16<T>*>(row);
+      auto* out = reinterpret_cast<VecN<A, kVec>*>(cache);
+      done = n / kVec * kVec;
+      for (int64_t i = threadIdx.x; i < n / kVec; i += blockDim.x) {
+        const Vec16<T> p = packs[i];
+        VecN<A, kVec> converted;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) converted.elem[k] = static_cast<A>(p.elem[k]);
+        out[i] = converted;
+      }
+    }
+    for (int64_t i = done + threadIdx.x; i < n; i += blockDim.x) cache[i] = static_cast<A>(row[i]);
+  }
+  __syncthreads();
+  return {row, cache};
+}
+
+// Shared memory per block: `rows_cached` rows of n accumulators, 16-byte aligned slots.
+template <typename A>
+__device__ __forceinline__ A* row_cache(int slot, int64_t n) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const int64_t stride = (n * sizeof(A) + 15) / 16 * 16;
+  return reinterpret_cast<A*>(shared_bytes + slot * stride);
+}
+
+template <typename T>
+__global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                          const T* __restrict__ bias, T* __restrict__ y,
+                                          opmath_t<T>* __restrict__ mean_out, opmath_t<T>* __restrict__ rstd_out,
+                                          int64_t n, opmath_t<T> eps, bool cached) {
+  using A = opmath_t<T>;
+  __shared__ A scratch[kWarpSize];
+  const int64_t offset = blockIdx.x * n;
+  const Row<T, A> row = stage_row(x + offset, n, cached ? row_cache<A>(0, n) : nullptr);
+  A sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i];
+  const A mean = block_allreduce<SumOp<A>>(sum, scratch) / static_cast<A>(n);
+  A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const A d = row[i] - mean;
+    squares += d * d;
+  }
+  const A rstd = rsqrt_acc(block_allreduce<SumOp<A>>(squares, scratch) / static_cast<A>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A v = (row[i] - mean) * rstd;
+    if (weight) v *= static_cast<A>(weight[i]);
+    if (bias) v += static_cast<A>(bias[i]);
+    y[offset + i] = static_cast<T>(v);
+  }
+  if (threadIdx.x == 0) {
+    mean_out[blockIdx.x] = mean;
+    rstd_out[blockIdx.x] = rstd;
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight.
+template <typename T>
+__global__ void layer_norm_backward_input_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                                 const opmath_t<T>* __restrict__ mean,
+                                                 const opmath_t<T>* __restrict__ rstd, const T* __restrict__ weight,
+                                                 T* __restrict__ dx, int64_t n, bool cached) {
+  using A = opmath_t<T>;
+  __shared__ A scratch[kWarpSize];
+  const int64_t offset = blockIdx.x * n;
+  const Row<T, A> xs = stage_row(x + offset, n, cached ? row_cache<A>(0, n) : nullptr);
+  const Row<T, A> gs = stage_row(dy + offset, n, cached ? row_cache<A>(1, n) : nullptr);
+  const A mu = mean[blockIdx.x], r = rstd[blockIdx.x];
+  A sum_g = 0, sum_gx = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const A g = weight ? gs[i] * static_cast<A>(weight[i]) : gs[i];
+    sum_g += g;
+    sum_gx += g * (xs[i] - mu) * r;
+  }
+  const A mean_g = block_allreduce<SumOp<A>>(sum_g, scratch) / static_cast<A>(n);
+  const A mean_gx = block_allreduce<SumOp<A>>(sum_gx, scratch) / static_cast<A>(n);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const A g = weight ? gs[i] * static_cast<A>(weight[i]) : gs[i];
+    dx[offset + i] = static_cast<T>(r * (g - mean_g - (xs[i] - mu) * r * mean_gx));
+  }
+}
+
+// Stage one of the weight and bias gradients: block (column tile, row chunk)
+// writes partial[chunk, c] = sum over its rows of dy * xhat (and of dy).
+// Stage two is a column reduction of the partials (fixed order: deterministic).
+constexpr int kGradTile = 32, kGradLanes = 8;
+template <typename T>
+__global__ void __launch_bounds__(kGradTile* kGradLanes)
+    layer_norm_backward_params_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                      const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
+                                      opmath_t<T>* __restrict__ partial_w, opmath_t<T>* __restrict__ partial_b,
+                                      int64_t rows, int64_t n, int64_t rows_per_chunk) {
+  using A = opmath_t<T>;
+  __shared__ A tile_w[kGradLanes][kGradTile + 1], tile_b[kGradLanes][kGradTile + 1];
+  const int tx = threadIdx.x % kGradTile, ty = threadIdx.x / kGradTile;
+  const int64_t c = blockIdx.x * int64_t(kGradTile) + tx;
+  const int64_t first = blockIdx.y * rows_per_chunk;
+  const int64_t last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
+  A w = 0, b = 0;
+  if (c < n) {
+    for (int64_t r = first + ty; r < last; r += kGradLanes) {
+      const A g = static_cast<A>(dy[r * n + c]);
+      w += g * (static_cast<A>(x[r * n + c]) - mean[r]) * rstd[r];
+      b += g;
+    }
+  }
+  tile_w[ty][tx] = w;
+  tile_b[ty][tx] = b;
+  __syncthreads();
+  if (ty == 0 && c < n) {
+    for (int k = 1; k < kGradLanes; ++k) {
+      w += tile_w[k][tx];
+      b += tile_b[k][tx];
+    }
+    partial_w[blockIdx.y * n + c] = w;
+    partial_b[blockIdx.y * n + c] = b;
+  }
+}
+
+// Softmax of scale * row over its first `valid` entries, zeros after them:
+// valid = n for softmax, row % causal + 1 for the causal attention softmax
+// (which then never reads the upper triangle).
+template <typename T>
+__global__ void softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int64_t causal,
+                                       opmath_t<T> scale, bool cached) {
+  using A = opmath_t<T>;
+  __shared__ A scratch[kWarpSize];
+  const int64_t offset = blockIdx.x * n;
+  const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
+  const Row<T, A> row = stage_row(x + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
+  A top = MaxOp<A>::identity();
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale * row[i]);
+  top = block_allreduce<MaxOp<A>>(top, scratch);
+  A sum = 0;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp_acc(scale * row[i] - top);
+  const A inv = A(1) / block_allreduce<SumOp<A>>(sum, scratch);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    y[offset + i] = static_cast<T>(i < valid ? exp_acc(scale * row[i] - top) * inv : A(0));
+}
+
+// dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after.
+template <typename T>
+__global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
+                                        int64_t n, int64_t causal, opmath_t<T> scale, bool cached) {
+  using A = opmath_t<T>;
+  __shared__ A scratch[kWarpSize];
+  const int64_t offset = blockIdx.x * n;
+  const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
+  const Row<T, A> ys = stage_row(y + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
+  const Row<T, A> gs = stage_row(dy + offset, valid, cached ? row_cache<A>(1, n) : nullptr);
+  A dot = 0;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) dot += ys[i] * gs[i];
+  dot = block_allreduce<SumOp<A>>(dot, scratch);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,145 @@
+#include "norms.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "../kernels/norm_kernels.cuh"
+#include "reduce.h"
+
+namespace fastreduce {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// About eight elements per thread, 32 to 1024 threads.
+int row_threads(int64_t n) {
+  int threads = 32;
+  while (threads < 1024 && threads * 8 < n) threads *= 2;
+  return threads;
+}
+
+// Dynamic shared memory for `slots` cached rows of n accumulators, or 0 when
+// they do not fit (the kernel then streams from global memory).
+template <typename Kernel>
+size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t acc_size) {
+  const size_t bytes = slots * ((n * acc_size + 15) / 16 * 16);
+  int device = 0, limit = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return 0;
+  if (bytes > size_t(limit) - 1024) return 0;  // leave room for the static scratch
+  if (bytes > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess)
+    return 0;
+  return bytes;
+}
+
+template <typename F>
+cudaError_t dispatch_floating(DType dtype, F&& f) {
+  return visit_dtype<__half, __nv_bfloat16>(dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::numeric_limits<T>::is_integer) return cudaErrorInvalidValue;
+    else return f(tag);
+  });
+}
+
+DType acc_dtype(DType dtype) { return dtype == DType::Double ? DType::Double : DType::Float; }
+
+struct ParamGradPlan {
+  int64_t chunks, rows_per_chunk;
+  size_t partial_bytes;  // one of the two partial buffers
+};
+
+ParamGradPlan param_grad_plan(DType dtype, int64_t rows, int64_t n, int sm_count) {
+  const int64_t tiles = ceil_div(n, kGradTile);
+  const int64_t chunks = std::max<int64_t>(1, std::min(ceil_div(int64_t(sm_count) * 8, tiles), ceil_div(rows, 64)));
+  const size_t acc = dtype == DType::Double ? 8 : 4;
+  return {chunks, ceil_div(rows, chunks), (chunks * n * acc + 255) / 256 * 256};
+}
+
+}  // namespace
+
+cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, const void* bias, void* y,
+                               void* mean, void* rstd, int64_t rows, int64_t n, double eps, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return dispatch_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto kernel = layer_norm_forward_kernel<T>;
+    const size_t bytes = cache_bytes(kernel, 1, n, sizeof(A));
+    kernel<<<rows, row_threads(n), bytes, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
+        static_cast<A*>(mean), static_cast<A*>(rstd), n, static_cast<A>(eps), bytes > 0);
+    return cudaGetLastError();
+  });
+}
+
+size_t layer_norm_backward_workspace_bytes(DType dtype, int64_t rows, int64_t n, int sm_count) {
+  const ParamGradPlan plan = param_grad_plan(dtype, rows, n, sm_count);
+  const ReduceProblem columns{ReduceKind::Sum, acc_dtype(dtype), nullptr, 1, plan.chunks, n};
+  return 2 * plan.partial_bytes + reduce_workspace_bytes(columns, sm_count);
+}
+
+cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, const void* mean, const void* rstd,
+                                const void* weight, void* dx, void* dweight, void* dbias, int64_t rows, int64_t n,
+                                void* workspace, int sm_count, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return dispatch_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto kernel = layer_norm_backward_input_kernel<T>;
+    const size_t bytes = cache_bytes(kernel, 2, n, sizeof(A));
+    kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                    static_cast<const A*>(mean), static_cast<const A*>(rstd),
+                                                    static_cast<const T*>(weight), static_cast<T*>(dx), n, bytes > 0);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess || !dweight) return err;
+
+    const ParamGradPlan plan = param_grad_plan(dtype, rows, n, sm_count);
+    auto* bytes_base = static_cast<unsigned char*>(workspace);
+    auto* partial_w = reinterpret_cast<A*>(bytes_base);
+    auto* partial_b = reinterpret_cast<A*>(bytes_base + plan.partial_bytes);
+    void* reduce_scratch = bytes_base + 2 * plan.partial_bytes;
+    layer_norm_backward_params_kernel<T><<<dim3(ceil_div(n, kGradTile), plan.chunks), kGradTile * kGradLanes, 0,
+                                           stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                     static_cast<const A*>(mean), static_cast<const A*>(rstd),
+                                                     partial_w, partial_b, rows, n, plan.rows_per_chunk);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const ReduceProblem sum_w{ReduceKind::Sum, acc_dtype(dtype), partial_w, 1, plan.chunks, n};
+    if ((err = reduce(sum_w, dweight, reduce_scratch, sm_count, stream)) != cudaSuccess) return err;
+    const ReduceProblem sum_b{ReduceKind::Sum, acc_dtype(dtype), partial_b, 1, plan.chunks, n};
+    return reduce(sum_b, dbias, reduce_scratch, sm_count, stream);
+  });
+}
+
+cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, int64_t n, int64_t causal,
+                            double scale, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return dispatch_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto kernel = softmax_forward_kernel<T>;
+    const size_t bytes = cache_bytes(kernel, 1, n, sizeof(A));
+    kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, causal,
+                                                    static_cast<A>(scale), bytes > 0);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* dx, int64_t rows, int64_t n,
+                             int64_t causal, double scale, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return dispatch_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto kernel = softmax_backward_kernel<T>;
+    const size_t bytes = cache_bytes(kernel, 2, n, sizeof(A));
+    kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(y),
+                                                    static_cast<T*>(dx), n, causal, static_cast<A>(scale), bytes > 0);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace fastreduce

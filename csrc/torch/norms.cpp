@@ -1,0 +1,179 @@
+// layer_norm, softmax and causal_softmax: argument checks, shapes and the
+// (rows, n) view the kernels take; the CPU and CUDA backends do the rest.
+#include <ATen/WrapDimUtils.h>
+
+#include "common.h"
+#include "ops.h"
+
+namespace fastreduce {
+namespace {
+
+void check_floating(const at::Tensor& t, const char* op, const char* argument) {
+  const auto type = t.scalar_type();
+  TORCH_CHECK(type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16, op,
+              ": unsupported dtype ", type, " for argument '", argument, "'; expected a floating dtype");
+}
+
+void check_like(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
+                const char* reference_name) {
+  TORCH_CHECK(t.device() == reference.device(), op, ": argument '", argument, "' is on ", t.device(), " but '",
+              reference_name, "' is on ", reference.device());
+  TORCH_CHECK(t.scalar_type() == reference.scalar_type(), op, ": argument '", argument, "' has dtype ",
+              t.scalar_type(), " but '", reference_name, "' has dtype ", reference.scalar_type());
+}
+
+void check_same_shape(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
+                      const char* reference_name) {
+  TORCH_CHECK(t.sizes() == reference.sizes(), op, ": argument '", argument, "' has shape ", t.sizes(), " but '",
+              reference_name, "' has shape ", reference.sizes());
+}
+
+// Rows and row length of a layer_norm over the trailing `normalized_shape`.
+std::pair<int64_t, int64_t> layer_norm_rows(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                            const char* op) {
+  const int64_t k = normalized_shape.size();
+  TORCH_CHECK(k >= 1, op, ": argument 'normalized_shape' must have at least one dimension");
+  TORCH_CHECK(input.dim() >= k && input.sizes().slice(input.dim() - k) == normalized_shape, op,
+              ": argument 'normalized_shape' is ", normalized_shape, ", expected input with shape [*, ",
+              normalized_shape, "], but got input of size ", input.sizes());
+  const int64_t n = c10::multiply_integers(normalized_shape);
+  return {n == 0 ? 0 : input.numel() / n, n};
+}
+
+void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                 const char* op, const char* argument) {
+  if (!param.has_value() || !param->defined()) return;
+  check_like(*param, input, op, argument, "input");
+  TORCH_CHECK(param->sizes() == normalized_shape, op, ": argument '", argument, "' has shape ", param->sizes(),
+              " but normalized_shape is ", normalized_shape);
+}
+
+// mean/rstd: aten's shape (*leading, 1, ..., 1); float for half types on CUDA
+// (the accumulator), the input dtype on the CPU, as aten does.
+at::Tensor stats_tensor(const at::Tensor& input, int64_t k) {
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end() - k);
+  shape.insert(shape.end(), k, 1);
+  const bool widen = input.is_cuda() && input.scalar_type() != at::kDouble;
+  return at::empty(shape, input.options().dtype(widen ? at::kFloat : input.scalar_type()));
+}
+
+const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? &*t : nullptr;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                          const std::optional<at::Tensor>& weight,
+                                                          const std::optional<at::Tensor>& bias, double eps) {
+  const char* op = "layer_norm";
+  check_floating(input, op, "input");
+  check_param(weight, input, normalized_shape, op, "weight");
+  check_param(bias, input, normalized_shape, op, "bias");
+  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
+  const at::Tensor x = input.contiguous();
+  at::Tensor y = at::empty_like(x);
+  at::Tensor mean = stats_tensor(input, normalized_shape.size());
+  at::Tensor rstd = at::empty_like(mean);
+  const NormArgs args{rows, n, 0, eps};
+  const at::Tensor w = weight.has_value() && weight->defined() ? weight->contiguous() : at::Tensor();
+  const at::Tensor b = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
+  if (input.is_cuda()) layer_norm_forward_cuda(x, w, b, y, mean, rstd, args);
+  else layer_norm_forward_cpu(x, w, b, y, mean, rstd, args);
+  return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  const char* op = "layer_norm_backward";
+  check_floating(input, op, "input");
+  check_like(grad_out, input, op, "grad_out", "input");
+  check_same_shape(grad_out, input, op, "grad_out", "input");
+  check_param(weight, input, normalized_shape, op, "weight");
+  check_param(bias, input, normalized_shape, op, "bias");
+  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
+  TORCH_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": arguments 'mean' and 'rstd' need ", rows,
+              " elements, got ", mean.numel(), " and ", rstd.numel());
+  const at::Tensor x = input.contiguous(), dy = grad_out.contiguous();
+  const at::Tensor* w = defined_or_null(weight);
+  const at::Tensor* b = defined_or_null(bias);
+  at::Tensor dx = at::empty_like(x);
+  // Parameter gradients in the accumulator type, cast to the parameter dtype.
+  const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor dw = at::empty(w ? normalized_shape : at::IntArrayRef{0}, input.options().dtype(acc));
+  at::Tensor db = at::empty(b ? normalized_shape : at::IntArrayRef{0}, input.options().dtype(acc));
+  const NormArgs args{rows, n, 0, 0};
+  const at::Tensor weight_c = w ? w->contiguous() : at::Tensor();
+  if (input.is_cuda()) layer_norm_backward_cuda(dy, x, mean, rstd, weight_c, dx, w || b ? &dw : nullptr,
+                                                w || b ? &db : nullptr, args);
+  else layer_norm_backward_cpu(dy, x, mean, rstd, weight_c, dx, w || b ? &dw : nullptr, w || b ? &db : nullptr,
+                               args);
+  return {dx, w ? dw.to(w->scalar_type()) : dw.new_empty({0}, input.scalar_type()),
+          b ? db.to(b->scalar_type()) : db.new_empty({0}, input.scalar_type())};
+}
+
+namespace {
+
+// Softmax over the last dim of a contiguous tensor; other dims are moved last
+// with one copy and moved back.
+at::Tensor rowwise(const at::Tensor& t, int64_t dim) { return t.movedim(dim, -1).contiguous(); }
+
+at::Tensor softmax_rows(const at::Tensor& x, int64_t causal, double scale) {
+  const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
+  at::Tensor y = at::empty_like(x);
+  const NormArgs args{n == 0 ? 0 : x.numel() / n, n, causal, scale};
+  if (x.is_cuda()) softmax_forward_cuda(x, y, args);
+  else softmax_forward_cpu(x, y, args);
+  return y;
+}
+
+at::Tensor softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, int64_t causal, double scale) {
+  const int64_t n = y.dim() == 0 ? 1 : y.size(-1);
+  at::Tensor dx = at::empty_like(y);
+  const NormArgs args{n == 0 ? 0 : y.numel() / n, n, causal, scale};
+  if (y.is_cuda()) softmax_backward_cuda(dy, y, dx, args);
+  else softmax_backward_cpu(dy, y, dx, args);
+  return dx;
+}
+
+void check_scores(const at::Tensor& scores, const char* op, const char* argument) {
+  check_floating(scores, op, argument);
+  TORCH_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2), op, ": argument '", argument,
+              "' must have shape (..., T, T), got ", scores.sizes());
+}
+
+}  // namespace
+
+at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  const at::Tensor x = dtype.has_value() ? self.to(*dtype) : self;
+  check_floating(x, "softmax", "self");
+  const int64_t d = at::maybe_wrap_dim(dim, x.dim());
+  if (x.dim() == 0) return softmax_rows(x.contiguous(), 0, 1.0);
+  return softmax_rows(rowwise(x, d), 0, 1.0).movedim(-1, d).contiguous();
+}
+
+at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
+  const char* op = "softmax_backward";
+  check_floating(output, op, "output");
+  check_like(grad_output, output, op, "grad_output", "output");
+  check_same_shape(grad_output, output, op, "grad_output", "output");
+  const int64_t d = at::maybe_wrap_dim(dim, output.dim());
+  if (output.dim() == 0) return softmax_backward_rows(grad_output.contiguous(), output.contiguous(), 0, 1.0);
+  return softmax_backward_rows(rowwise(grad_output, d), rowwise(output, d), 0, 1.0).movedim(-1, d).contiguous();
+}
+
+at::Tensor causal_softmax(const at::Tensor& scores, double scale) {
+  check_scores(scores, "causal_softmax", "scores");
+  return softmax_rows(scores.contiguous(), scores.size(-1), scale);
+}
+
+at::Tensor causal_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, double scale) {
+  const char* op = "causal_softmax_backward";
+  check_scores(output, op, "output");
+  check_like(grad_output, output, op, "grad_output", "output");
+  check_same_shape(grad_output, output, op, "grad_output", "output");
+  return softmax_backward_rows(grad_output.contiguous(), output.contiguous(), output.size(-1), scale);
+}
+
+}  // namespace fastreduce

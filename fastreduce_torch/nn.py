@@ -1,0 +1,36 @@
+"""Drop-in modules: same constructors, parameters and state_dict as torch's."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .norms import layer_norm, softmax
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    """:class:`torch.nn.LayerNorm` computed by fastreduce's kernels."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class Softmax(torch.nn.Softmax):
+    """:class:`torch.nn.Softmax` computed by fastreduce's kernels."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        # torch's legacy rule when dim is None (with its deprecation warning).
+        dim = self.dim if self.dim is not None else torch.nn.functional._get_softmax_dim("softmax", input.dim(), 5)
+        return softmax(input, dim)
+
+
+def patch(model: torch.nn.Module) -> int:
+    """Replaces every :class:`torch.nn.LayerNorm` in ``model`` with
+    :class:`fastreduce_torch.nn.LayerNorm`, in place, keeping its parameters
+    (the same tensors) and settings. Returns how many were replaced."""
+    replaced = 0
+    for module in model.modules():
+        if type(module) is torch.nn.LayerNorm:
+            module.__class__ = LayerNorm
+            replaced += 1
+    return replaced

@@ -1,0 +1,216 @@
+"""layer_norm, softmax and causal_softmax against torch, forward and backward."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fastreduce_torch as fr
+from conftest import DEVICES, requires_cuda
+
+LOW = [torch.float32, torch.float16, torch.bfloat16]
+WIDTHS = [1, 31, 33, 768, 1025, 4096, 70000]
+
+
+def error_vs_reference(ours, theirs, reference):
+    """Our error against float64 must stay within twice torch's own (plus a floor)."""
+    ours_err = (ours.double() - reference).abs().max().item()
+    theirs_err = (theirs.double() - reference).abs().max().item()
+    floor = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-12}[ours.dtype]
+    assert ours_err <= 2 * theirs_err + floor, (ours_err, theirs_err)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", WIDTHS)
+def test_layer_norm_forward(device, dtype, n):
+    rows = 3 if n > 10000 else 17
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    w = torch.randn(n, device=device).to(dtype)
+    b = torch.randn(n, device=device).to(dtype)
+    out, mean, rstd = torch.ops.fastreduce.layer_norm(x, [n], w, b, 1e-5)
+    ref_out, ref_mean, ref_rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    assert out.shape == ref_out.shape and mean.shape == ref_mean.shape and mean.dtype == ref_mean.dtype
+    reference = F.layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
+    error_vs_reference(out, ref_out, reference)
+    torch.testing.assert_close(mean.double(), ref_mean.double(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(rstd.double(), ref_rstd.double(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_shapes_and_affine_options(device):
+    x = torch.randn(2, 3, 4, 5, device=device)
+    for shape in ([5], [4, 5], [3, 4, 5]):
+        for affine in (True, False):
+            w = torch.randn(shape, device=device) if affine else None
+            b = torch.randn(shape, device=device) if affine else None
+            ours = torch.ops.fastreduce.layer_norm(x, shape, w, b, 1e-5)
+            theirs = torch.ops.aten.native_layer_norm(x, shape, w, b, 1e-5)
+            for a, t in zip(ours, theirs):
+                assert a.shape == t.shape
+                torch.testing.assert_close(a, t, rtol=1e-4, atol=1e-5)
+    nc = torch.randn(5, 8, device=device).t()
+    torch.testing.assert_close(fr.layer_norm(nc, 5), F.layer_norm(nc, [5]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [1, 33, 1024, 70000])
+def test_softmax(device, dtype, n):
+    x = (torch.randn(5, n, device=device) * 4).to(dtype)
+    reference = torch.softmax(x.double(), -1)
+    error_vs_reference(fr.softmax(x), torch.softmax(x, -1), reference)
+    y = torch.randn(4, 6, 7, device=device)
+    for dim in (0, 1, -1):
+        torch.testing.assert_close(fr.softmax(y, dim), torch.softmax(y, dim))
+    assert fr.softmax(x, dtype=torch.float32).dtype == torch.float32
+
+
+def causal_reference(scores, scale):
+    t = scores.shape[-1]
+    upper = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)
+    return torch.softmax((scale * scores).masked_fill(upper, float("-inf")), -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("t", [1, 7, 64, 257])
+def test_causal_softmax(device, dtype, t):
+    scores = torch.randn(2, 3, t, t, device=device).to(dtype)
+    scale = 0.125
+    ours = fr.causal_softmax(scores, scale)
+    error_vs_reference(ours, causal_reference(scores, scale), causal_reference(scores.double(), scale))
+    assert bool((ours.triu(1) == 0).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_causal_softmax_reads_only_lower_triangle(device):
+    scores = torch.randn(3, 65, 65, device=device)
+    upper = torch.ones(65, 65, dtype=torch.bool, device=device).triu(1)
+    poisoned = scores.masked_fill(upper, float("nan"))
+    ours = fr.causal_softmax(poisoned, 0.5)
+    assert not ours.isnan().any()
+    torch.testing.assert_close(ours, causal_reference(scores, 0.5))
+    assert bool((ours.triu(1) == 0).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = torch.randn(3, 4, 6, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(4, 6, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(4, 6, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w, b: fr.layer_norm(x, [4, 6], w, b), (x, w, b))
+    assert torch.autograd.gradcheck(lambda x: fr.layer_norm(x, 6), (x,))
+    assert torch.autograd.gradcheck(lambda x: fr.softmax(x, 1), (x,))
+    s = torch.randn(2, 5, 5, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda s: fr.causal_softmax(s, 0.7), (s,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [768, 70000])
+def test_backward_matches_torch(device, n):
+    rows = 64 if n < 10000 else 3
+    x = torch.randn(rows, n, device=device, requires_grad=True)
+    w = torch.randn(n, device=device, requires_grad=True)
+    b = torch.randn(n, device=device, requires_grad=True)
+    g = torch.randn(rows, n, device=device)
+    ours = torch.autograd.grad(fr.layer_norm(x, n, w, b), (x, w, b), g)
+    theirs = torch.autograd.grad(F.layer_norm(x, [n], w, b), (x, w, b), g)
+    for a, t in zip(ours, theirs):
+        torch.testing.assert_close(a, t, rtol=1e-3, atol=1e-3)
+    s = torch.randn(2, 33, 33, device=device, requires_grad=True)
+    gs = torch.randn(2, 33, 33, device=device)
+    torch.testing.assert_close(torch.autograd.grad(fr.causal_softmax(s, 0.3), s, gs)[0],
+                               torch.autograd.grad(causal_reference(s, 0.3), s, gs)[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.autograd.grad(fr.softmax(x, 0), x, g)[0],
+                               torch.autograd.grad(torch.softmax(x, 0), x, g)[0], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_arguments(device):
+    x = torch.randn(4, 6, device=device)
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        fr.layer_norm(x, 5)
+    with pytest.raises(RuntimeError, match="'weight' has shape"):
+        fr.layer_norm(x, 6, torch.randn(5, device=device))
+    with pytest.raises(RuntimeError, match="unsupported dtype"):
+        fr.softmax(x.int())
+    with pytest.raises(IndexError):
+        fr.softmax(x, 2)
+    with pytest.raises(RuntimeError, match=r"\(\.\.\., T, T\)"):
+        fr.causal_softmax(torch.randn(3, 4, 5, device=device))
+
+
+def samples(device):
+    x = torch.randn(3, 8, device=device)
+    w, b = torch.randn(8, device=device), torch.randn(8, device=device)
+    s = torch.randn(2, 6, 6, device=device)
+    ops = torch.ops.fastreduce
+    return [
+        (ops.layer_norm.default, (x, [8], w, b, 1e-5), {}),
+        (ops.layer_norm.default, (x, [8], None, None, 1e-5), {}),
+        (ops.softmax.default, (x, 0), {"dtype": None}),
+        (ops.softmax.default, (x.half(), -1), {"dtype": torch.float32}),
+        (ops.causal_softmax.default, (s, 0.5), {}),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    for op, args, kwargs in samples(device):
+        torch.library.opcheck(op, args, kwargs)
+
+
+class Block(torch.nn.Module):
+    """A GPT-2 style block: pre-norm causal self-attention and an MLP."""
+
+    def __init__(self, width=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        att = fr.causal_softmax(q @ k.transpose(-1, -2), (c // self.heads) ** -0.5)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_gpt2_block_fullgraph(device):
+    block = Block().to(device)
+    assert fr.patch(block) == 2
+    compiled = torch.compile(block, fullgraph=True)
+    x = torch.randn(2, 9, 32, device=device, requires_grad=True)
+    out = compiled(x)
+    torch.testing.assert_close(out, block(x), rtol=1e-4, atol=1e-5)
+    out.sum().backward()
+    assert x.grad is not None and block.ln1.weight.grad is not None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_modules_and_patch(device):
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.LayerNorm(8, bias=False))
+    ref = ref.to(device)
+    ours = fr.nn.LayerNorm(8).to(device)
+    assert set(ours.state_dict()) == set(torch.nn.LayerNorm(8).state_dict())
+    weights = ref[1].weight
+    assert fr.patch(ref) == 2 and isinstance(ref[1], fr.nn.LayerNorm) and ref[1].weight is weights
+    x = torch.randn(4, 8, device=device)
+    torch.testing.assert_close(ref[1](x), F.layer_norm(x, [8], ref[1].weight, ref[1].bias))
+    torch.testing.assert_close(fr.nn.Softmax(dim=1)(x), torch.softmax(x, 1))
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_layer_norm_parameter_gradients_deterministic():
+    x = torch.randn(4096, 768, device="cuda", requires_grad=True)
+    w = torch.randn(768, device="cuda", requires_grad=True)
+    b = torch.randn(768, device="cuda", requires_grad=True)
+    g = torch.randn(4096, 768, device="cuda")
+    first = torch.autograd.grad(fr.layer_norm(x, 768, w, b), (w, b), g)
+    second = torch.autograd.grad(fr.layer_norm(x, 768, w, b), (w, b), g)
+    assert all(torch.equal(a, c) for a, c in zip(first, second))
