@@ -17,7 +17,8 @@ test: install
 	$(PYTHON) -m pytest -q tests
 
 bench: install
-	$(PYTHON) bench/reduce.py
+	for b in reduce ladder norms; do $(PYTHON) bench/$$b.py || exit 1; done
+	$(PYTHON) scripts/update_readme.py
 
 clean:
 	rm -rf build *.egg-info fastreduce_torch/*.so

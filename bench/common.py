@@ -105,10 +105,11 @@ def save_json(name: str, payload: dict) -> str:
     return path
 
 
-def progress(iterable, label: str):
-    """A one-line progress counter on stderr (no extra dependency)."""
-    items = list(iterable)
-    for i, item in enumerate(items):
-        print(f"\r{label}: {i + 1}/{len(items)}", end="", file=sys.stderr, flush=True)
+def progress(iterable, label: str, total: int | None = None):
+    """A one-line progress counter on stderr (no extra dependency). Items are
+    taken lazily, so a generator's item is used before the next is made."""
+    total = total if total is not None else len(iterable)
+    for i, item in enumerate(iterable):
+        print(f"\r{label}: {i + 1}/{total}", end="", file=sys.stderr, flush=True)
         yield item
     print(file=sys.stderr)

@@ -7,7 +7,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-benches=${*:-reduce}
+benches=${*:-reduce ladder norms}
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } 2>&1 | tee "$OUT/env.txt"
@@ -22,7 +22,10 @@ echo "build: $(( $(date +%s) - start )) s"
 
 python3 -m pytest -q -ra tests -p no:cacheprovider 2>&1 | tail -n 60 | tee "$OUT/tests.log"
 
+python3 examples/gpt2.py 2>&1 | tee "$OUT/gpt2.txt"
+
 for bench in $benches; do
-  python3 "bench/$bench.py" 2>"$OUT/bench_$bench.err" | tee "$OUT/bench_$bench.md"
+  python3 "bench/$bench.py" 2>"/tmp/bench_$bench.err" | tee "$OUT/bench_$bench.md" || tail -20 "/tmp/bench_$bench.err"
 done
-tar czf "$OUT/results.tgz" bench/results
+python3 scripts/update_readme.py
+tar czf "$OUT/results.tgz" bench/results README.md

@@ -1,0 +1,22 @@
+"""The GPT-2 example runs end to end (small, on the CPU; on CUDA too when present)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DEVICES
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "gpt2.py")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gpt2_example(device):
+    result = subprocess.run(
+        [sys.executable, EXAMPLE, "--device", device, "--layers", "2", "--width", "64", "--batch", "2",
+         "--context", "32"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "patched 5 LayerNorms" in result.stdout and "time per training step" in result.stdout
