@@ -100,15 +100,17 @@ def time_per_step(model, tokens, steps=10):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # Defaults: GPT-2 small's width, heads and context, 4 layers, batch 4.
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--width", type=int, default=768)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--context", type=int, default=1024)
     args = parser.parse_args()
     torch.manual_seed(0)
 
-    reference = GPT2(context=args.context, width=args.width, layers=args.layers).to(args.device)
+    reference = GPT2(context=args.context, width=args.width, heads=args.heads, layers=args.layers).to(args.device)
     ours = copy.deepcopy(reference)
     print(f"patched {use_fastreduce(ours)} LayerNorms and {args.layers} attention softmaxes")
     tokens = torch.randint(0, 1024, (args.batch, args.context), device=args.device)

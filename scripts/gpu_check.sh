@@ -14,8 +14,8 @@ benches=${*:-reduce ladder norms}
 
 start=$(date +%s)
 if ! MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
-    python3 -m pip install --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>&1; then
-  grep -E "error|Error" "$OUT/build.log" | head -40
+    python3 -m pip install --no-build-isolation --no-deps -e . >/tmp/build.log 2>&1; then
+  grep -E "error|Error" /tmp/build.log | head -40
   exit 1
 fi
 echo "build: $(( $(date +%s) - start )) s"

@@ -14,7 +14,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "gpt2.py")
 @pytest.mark.parametrize("device", DEVICES)
 def test_gpt2_example(device):
     result = subprocess.run(
-        [sys.executable, EXAMPLE, "--device", device, "--layers", "2", "--width", "64", "--batch", "2",
+        [sys.executable, EXAMPLE, "--device", device, "--layers", "2", "--width", "64", "--heads", "4", "--batch", "2",
          "--context", "32"],
         capture_output=True, text=True, timeout=600,
     )

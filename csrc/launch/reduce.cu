@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kAllThreads = 512;
 constexpr int kAllBlocksPerSm = 4;
-constexpr int kFinishThreads = 1024;
+constexpr int kFinishThreads = 256;   // pass 2 folds at most 4 * SMs partials
 constexpr int kRowThreads = 512;
 constexpr int kRowBlocksPerSm = 4;
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each

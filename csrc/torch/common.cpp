@@ -2,6 +2,18 @@
 
 namespace fastreduce {
 
+std::string to_text(int64_t value) { return std::to_string(value); }
+
+std::string to_text(at::IntArrayRef values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
+std::string to_text(at::ScalarType type) { return std::string("torch.") + c10::toString(type); }
+
+std::string to_text(const at::Device& device) { return device.str(); }
+
 DType to_dtype(at::ScalarType type, const char* op) {
   switch (type) {
     case at::kBool: return DType::Bool;
@@ -14,7 +26,7 @@ DType to_dtype(at::ScalarType type, const char* op) {
     case at::kBFloat16: return DType::BFloat16;
     case at::kFloat: return DType::Float;
     case at::kDouble: return DType::Double;
-    default: TORCH_CHECK(false, op, ": unsupported dtype ", type, " for argument 'self'");
+    default: TORCH_CHECK(false, op, ": unsupported dtype ", to_text(type), " for argument 'self'");
   }
 }
 

@@ -4,10 +4,20 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include "../kernels/reduce_op.h"
 #include "../kernels/dtype.h"
 
 namespace fastreduce {
+
+// Error-message pieces as std::string. Messages stream only strings: under
+// torch 2.11 on the GPU machine, streaming integers into TORCH_CHECK's
+// message crashed the process (NOTES.md).
+std::string to_text(int64_t value);
+std::string to_text(at::IntArrayRef values);
+std::string to_text(at::ScalarType type);
+std::string to_text(const at::Device& device);
 
 // Maps the dtypes the kernels support; raises a RuntimeError naming `op` and
 // the dtype otherwise.

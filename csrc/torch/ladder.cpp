@@ -17,7 +17,7 @@ int find_rung(std::string_view variant) {
     if (variant == kLadder[i].name) return i;
   std::ostringstream names;
   for (int i = 0; i < kLadderSize; ++i) names << (i ? ", " : "") << kLadder[i].name;
-  TORCH_CHECK(false, "sum_variant: unknown variant '", variant, "' for argument 'variant'; known: ", names.str());
+  TORCH_CHECK(false, "sum_variant: unknown variant '", std::string(variant), "' for argument 'variant'; known: ", names.str());
 }
 
 }  // namespace
@@ -26,7 +26,7 @@ at::Tensor sum_variant(const at::Tensor& self, c10::string_view variant) {
   const int rung = find_rung(std::string_view(variant.data(), variant.size()));
   const auto type = self.scalar_type();
   TORCH_CHECK(type == at::kFloat || type == at::kBFloat16 || type == at::kInt,
-              "sum_variant: unsupported dtype ", type,
+              "sum_variant: unsupported dtype ", to_text(type),
               " for argument 'self'; the ladder runs float32, bfloat16 and int32");
   if (!self.is_cuda()) return fastreduce::sum(self, at::OptionalIntArrayRef(), false, std::nullopt);
   const at::Tensor flat = self.contiguous().view(-1);

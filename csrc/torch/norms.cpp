@@ -11,21 +11,21 @@ namespace {
 void check_floating(const at::Tensor& t, const char* op, const char* argument) {
   const auto type = t.scalar_type();
   TORCH_CHECK(type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16, op,
-              ": unsupported dtype ", type, " for argument '", argument, "'; expected a floating dtype");
+              ": unsupported dtype ", to_text(type), " for argument '", argument, "'; expected a floating dtype");
 }
 
 void check_like(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
                 const char* reference_name) {
-  TORCH_CHECK(t.device() == reference.device(), op, ": argument '", argument, "' is on ", t.device(), " but '",
-              reference_name, "' is on ", reference.device());
+  TORCH_CHECK(t.device() == reference.device(), op, ": argument '", argument, "' is on ", to_text(t.device()), " but '",
+              reference_name, "' is on ", to_text(reference.device()));
   TORCH_CHECK(t.scalar_type() == reference.scalar_type(), op, ": argument '", argument, "' has dtype ",
-              t.scalar_type(), " but '", reference_name, "' has dtype ", reference.scalar_type());
+              to_text(t.scalar_type()), " but '", reference_name, "' has dtype ", to_text(reference.scalar_type()));
 }
 
 void check_same_shape(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
                       const char* reference_name) {
-  TORCH_CHECK(t.sizes() == reference.sizes(), op, ": argument '", argument, "' has shape ", t.sizes(), " but '",
-              reference_name, "' has shape ", reference.sizes());
+  TORCH_CHECK(t.sizes() == reference.sizes(), op, ": argument '", argument, "' has shape ", to_text(t.sizes()), " but '",
+              reference_name, "' has shape ", to_text(reference.sizes()));
 }
 
 // Rows and row length of a layer_norm over the trailing `normalized_shape`.
@@ -34,8 +34,8 @@ std::pair<int64_t, int64_t> layer_norm_rows(const at::Tensor& input, at::IntArra
   const int64_t k = normalized_shape.size();
   TORCH_CHECK(k >= 1, op, ": argument 'normalized_shape' must have at least one dimension");
   TORCH_CHECK(input.dim() >= k && input.sizes().slice(input.dim() - k) == normalized_shape, op,
-              ": argument 'normalized_shape' is ", normalized_shape, ", expected input with shape [*, ",
-              normalized_shape, "], but got input of size ", input.sizes());
+              ": argument 'normalized_shape' is ", to_text(normalized_shape), ", expected input with shape [*, ",
+              to_text(normalized_shape).substr(1), ", but got input of size ", to_text(input.sizes()));
   const int64_t n = c10::multiply_integers(normalized_shape);
   return {n == 0 ? 0 : input.numel() / n, n};
 }
@@ -44,8 +44,8 @@ void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input
                  const char* op, const char* argument) {
   if (!param.has_value() || !param->defined()) return;
   check_like(*param, input, op, argument, "input");
-  TORCH_CHECK(param->sizes() == normalized_shape, op, ": argument '", argument, "' has shape ", param->sizes(),
-              " but normalized_shape is ", normalized_shape);
+  TORCH_CHECK(param->sizes() == normalized_shape, op, ": argument '", argument, "' has shape ", to_text(param->sizes()),
+              " but normalized_shape is ", to_text(normalized_shape));
 }
 
 // mean/rstd: aten's shape (*leading, 1, ..., 1); float for half types on CUDA
@@ -93,8 +93,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   check_param(weight, input, normalized_shape, op, "weight");
   check_param(bias, input, normalized_shape, op, "bias");
   const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
-  TORCH_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": arguments 'mean' and 'rstd' need ", rows,
-              " elements, got ", mean.numel(), " and ", rstd.numel());
+  TORCH_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": arguments 'mean' and 'rstd' need ", to_text(rows),
+              " elements, got ", to_text(mean.numel()), " and ", to_text(rstd.numel()));
   const at::Tensor x = input.contiguous(), dy = grad_out.contiguous();
   const at::Tensor* w = defined_or_null(weight);
   const at::Tensor* b = defined_or_null(bias);
@@ -140,7 +140,7 @@ at::Tensor softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, int6
 void check_scores(const at::Tensor& scores, const char* op, const char* argument) {
   check_floating(scores, op, argument);
   TORCH_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2), op, ": argument '", argument,
-              "' must have shape (..., T, T), got ", scores.sizes());
+              "' must have shape (..., T, T), got ", to_text(scores.sizes()));
 }
 
 }  // namespace

@@ -105,11 +105,9 @@ at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::Opti
     TORCH_CHECK(x.numel() != 0 || (dim.has_value() && !dim->empty()), op,
                 "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
                 "reduction dim with the 'dim' argument.");
-    // The Python wrappers raise IndexError for this, as torch does; a
-    // TORCH_CHECK_INDEX thrown from here crashed the process under torch 2.11
-    // (NOTES.md), so direct op calls get a RuntimeError.
     for (int64_t d = 0; d < x.dim(); ++d)
-      TORCH_CHECK(!reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", d, " to have non-zero size.");
+      TORCH_CHECK_INDEX(!reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", to_text(d),
+                        " to have non-zero size.");
   }
 
   const bool widen = is_wide_integer_result(kind) && at::isIntegralType(x.scalar_type(), true);
@@ -164,7 +162,7 @@ at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdi
   const auto compute = dtype.value_or(self.scalar_type());
   TORCH_CHECK(at::isFloatingType(compute),
               "mean(): could not infer output dtype. ", dtype.has_value() ? "Optional" : "Input",
-              " dtype must be either a floating point or complex dtype. Got: ", at::toString(compute));
+              " dtype must be either a floating point or complex dtype. Got: ", c10::toString(compute));
   return reduce(ReduceKind::Mean, "mean", self.to(compute), dim, keepdim, compute);
 }
 
