@@ -15,6 +15,7 @@ import os
 import sys
 
 import torch
+import torch._functorch.config
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

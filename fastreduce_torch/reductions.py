@@ -50,28 +50,16 @@ def prod(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: tor
     return torch.ops.fastreduce.prod.default(input, _dim_list(dim), keepdim, dtype=dtype)
 
 
-def _check_nonempty_reduction(name: str, input: Tensor, dim: list[int]) -> None:
-    """IndexError for a reduced dim of size zero, as torch raises."""
-    if input.numel() == 0 and dim:
-        for d in dim:
-            if -max(input.dim(), 1) <= d < max(input.dim(), 1) and input.dim() and input.shape[d] == 0:
-                raise IndexError(f"{name}(): Expected reduction dim {d % input.dim()} to have non-zero size.")
-
-
 def amax(input: Tensor, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
     """Maximum of ``input`` over ``dim`` (all dims if empty), like :func:`torch.amax`.
     NaN propagates; reducing a dim of size zero raises IndexError."""
-    dims = _dim_list(dim)
-    _check_nonempty_reduction("amax", input, dims)
-    return torch.ops.fastreduce.amax.default(input, dims, keepdim)
+    return torch.ops.fastreduce.amax.default(input, _dim_list(dim), keepdim)
 
 
 def amin(input: Tensor, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
     """Minimum of ``input`` over ``dim`` (all dims if empty), like :func:`torch.amin`.
     NaN propagates; reducing a dim of size zero raises IndexError."""
-    dims = _dim_list(dim)
-    _check_nonempty_reduction("amin", input, dims)
-    return torch.ops.fastreduce.amin.default(input, dims, keepdim)
+    return torch.ops.fastreduce.amin.default(input, _dim_list(dim), keepdim)
 
 
 # ---- fake kernels: shapes, dtypes and errors from torch's own meta functions,

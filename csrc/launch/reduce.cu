@@ -13,7 +13,6 @@ namespace fastreduce {
 namespace {
 
 constexpr int kAllThreads = 512;
-constexpr int kAllBlocksPerSm = 4;
 constexpr int kFinishThreads = 256;   // pass 2 folds at most 4 * SMs partials
 constexpr int kRowThreads = 512;
 constexpr int kRowBlocksPerSm = 4;
@@ -32,12 +31,25 @@ struct Plan {
   int vec;           // Columns: columns per thread
 };
 
-Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count) {
+// Resident blocks per SM of the full reduction's pass 1: the grid is one
+// wave of them, so no block waits for a second wave.
+template <typename Op, typename In>
+int full_blocks_per_sm() {
+  static const int blocks = [] {
+    int resident = 0;
+    const auto kernel = reduce_all_kernel<Op, In, typename Op::acc_t, false>;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kAllThreads, 0) == cudaSuccess
+               ? std::max(resident, 1) : 1;
+  }();
+  return blocks;
+}
+
+Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, int full_blocks_per_sm) {
   const int64_t vec = 16 / elem_size;
   if (p.outer == 1 && p.inner == 1) {
-    // Enough blocks to fill the chip, each thread with 4 vectors in flight.
+    // One wave of blocks, each thread with 4 vectors in flight.
     const int64_t per_block = kAllThreads * vec * 4;
-    const int64_t blocks = std::min<int64_t>(ceil_div(p.len, per_block), sm_count * kAllBlocksPerSm);
+    const int64_t blocks = std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * full_blocks_per_sm);
     return {Plan::Layout::All, std::max<int64_t>(blocks, 1), p.len, 0, 1};
   }
   if (p.inner == 1) {
@@ -97,7 +109,7 @@ cudaError_t launch(const ReduceProblem& p, void* output, void* workspace, int sm
   auto* out = static_cast<Out*>(output);
   auto* partials = static_cast<Acc*>(workspace);
   const Acc scale = static_cast<Acc>(1.0 / static_cast<double>(p.len));
-  const Plan plan = make_plan(p, sizeof(In), sm_count);
+  const Plan plan = make_plan(p, sizeof(In), sm_count, full_blocks_per_sm<Op, In>());
   const bool two_pass = plan.segments > 1;
 
   switch (plan.layout) {
@@ -155,8 +167,9 @@ size_t reduce_workspace_bytes(const ReduceProblem& problem, int sm_count) {
   size_t bytes = 0;
   dispatch_kind(problem, [&](auto kind, auto tag) {
     using In = typename decltype(tag)::type;
-    using Acc = typename ReduceTypes<decltype(kind)::value, In>::acc_t;
-    const Plan plan = make_plan(problem, sizeof(In), sm_count);
+    using Types = ReduceTypes<decltype(kind)::value, In>;
+    using Acc = typename Types::acc_t;
+    const Plan plan = make_plan(problem, sizeof(In), sm_count, full_blocks_per_sm<typename Types::op_t, In>());
     if (plan.segments > 1) bytes = plan.segments * problem.outer * problem.inner * sizeof(Acc);
     return cudaSuccess;
   });

@@ -14,6 +14,13 @@ std::string to_text(at::ScalarType type) { return std::string("torch.") + c10::t
 
 std::string to_text(const at::Device& device) { return device.str(); }
 
+int64_t wrap_dim(int64_t dim, int64_t ndim) {
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  TORCH_CHECK_INDEX(dim >= -n && dim < n, "Dimension out of range (expected to be in range of [", to_text(-n), ", ",
+                    to_text(n - 1), "], but got ", to_text(dim), ")");
+  return dim < 0 ? dim + n : dim;
+}
+
 DType to_dtype(at::ScalarType type, const char* op) {
   switch (type) {
     case at::kBool: return DType::Bool;

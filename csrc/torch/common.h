@@ -19,6 +19,10 @@ std::string to_text(at::IntArrayRef values);
 std::string to_text(at::ScalarType type);
 std::string to_text(const at::Device& device);
 
+// dim wrapped into [0, ndim) (a 0-d tensor takes -1 and 0), IndexError
+// otherwise, with torch's message.
+int64_t wrap_dim(int64_t dim, int64_t ndim);
+
 // Maps the dtypes the kernels support; raises a RuntimeError naming `op` and
 // the dtype otherwise.
 DType to_dtype(at::ScalarType type, const char* op);

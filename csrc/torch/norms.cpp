@@ -1,7 +1,5 @@
 // layer_norm, softmax and causal_softmax: argument checks, shapes and the
 // (rows, n) view the kernels take; the CPU and CUDA backends do the rest.
-#include <ATen/WrapDimUtils.h>
-
 #include "common.h"
 #include "ops.h"
 
@@ -148,7 +146,7 @@ void check_scores(const at::Tensor& scores, const char* op, const char* argument
 at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
   const at::Tensor x = dtype.has_value() ? self.to(*dtype) : self;
   check_floating(x, "softmax", "self");
-  const int64_t d = at::maybe_wrap_dim(dim, x.dim());
+  const int64_t d = wrap_dim(dim, x.dim());
   if (x.dim() == 0) return softmax_rows(x.contiguous(), 0, 1.0);
   return softmax_rows(rowwise(x, d), 0, 1.0).movedim(-1, d).contiguous();
 }
@@ -158,7 +156,7 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
   check_floating(output, op, "output");
   check_like(grad_output, output, op, "grad_output", "output");
   check_same_shape(grad_output, output, op, "grad_output", "output");
-  const int64_t d = at::maybe_wrap_dim(dim, output.dim());
+  const int64_t d = wrap_dim(dim, output.dim());
   if (output.dim() == 0) return softmax_backward_rows(grad_output.contiguous(), output.contiguous(), 0, 1.0);
   return softmax_backward_rows(rowwise(grad_output, d), rowwise(output, d), 0, 1.0).movedim(-1, d).contiguous();
 }

@@ -1,7 +1,7 @@
 // torch semantics of sum/mean/prod/amax/amin: dims, keepdim, dtype
 // promotion, empty tensors; and the layout work that turns any strided input
 // into the dense (outer, len, inner) view the kernels take.
-#include <ATen/WrapDimUtilsMulti.h>
+#include <bitset>
 
 #include <algorithm>
 #include <numeric>
@@ -11,6 +11,8 @@
 
 namespace fastreduce {
 namespace {
+
+constexpr size_t kMaxDims = 64;
 
 // A dense view of the input, reduced over `len`, whose output buffer holds
 // the kept dims in `kept_order` (logical dim indices, memory order).
@@ -24,7 +26,7 @@ struct Layout {
 // permutation whose kept and reduced dims form at most kept|reduced|kept in
 // memory order (contiguous, transposed, most slices of those). Otherwise
 // copies once into (kept..., reduced...) order.
-Layout make_layout(const at::Tensor& x, const std::bitset<at::dim_bitset_size>& reduced) {
+Layout make_layout(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
   const int64_t ndim = x.dim();
   std::vector<int64_t> order(ndim);
   std::iota(order.begin(), order.end(), 0);
@@ -68,7 +70,7 @@ Layout make_layout(const at::Tensor& x, const std::bitset<at::dim_bitset_size>& 
   return layout;
 }
 
-std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<at::dim_bitset_size>& reduced,
+std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<kMaxDims>& reduced,
                                   bool keepdim) {
   std::vector<int64_t> shape;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -93,9 +95,13 @@ bool is_wide_integer_result(ReduceKind kind) { return kind == ReduceKind::Sum ||
 at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::OptionalIntArrayRef dim,
                   bool keepdim, at::ScalarType out_dtype) {
   to_dtype(x.scalar_type(), op);
-  std::bitset<at::dim_bitset_size> reduced;
+  std::bitset<kMaxDims> reduced;
   if (dim.has_value() && !dim->empty()) {
-    reduced = at::dim_list_to_bitset(*dim, x.dim());
+    for (int64_t d : *dim) {
+      const int64_t wrapped = wrap_dim(d, x.dim());
+      TORCH_CHECK(!reduced[wrapped], "dim ", to_text(wrapped), " appears multiple times in the list of dims");
+      reduced.set(wrapped);
+    }
   } else {
     for (int64_t d = 0; d < std::max<int64_t>(x.dim(), 1); ++d) reduced.set(d);
   }
