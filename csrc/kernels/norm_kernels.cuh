@@ -189,4 +189,140 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
+// ---- Rows of at most 32 * kPerLane elements: one warp per row, the row in
+// registers (lane l holds elements l, l + 32, ...: coalesced loads, kPerLane
+// of them in flight), shuffles only: no shared memory, no block barrier.
+constexpr int kWarpRowsPerBlock = 8;
+
+// The calling warp's row, or -1 past the last row (the whole warp leaves).
+__device__ __forceinline__ int64_t warp_row(int64_t rows) {
+  const int64_t row = blockIdx.x * int64_t(kWarpRowsPerBlock) + threadIdx.x / kWarpSize;
+  return row < rows ? row : -1;
+}
+
+// v[k] = f(row[i]) for i = 32k + lane below `valid`, `fill` elsewhere.
+template <int kPerLane, typename T, typename A, typename F>
+__device__ __forceinline__ void load_lanes(const T* row, int64_t valid, A fill, A (&v)[kPerLane], F&& f) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = k * kWarpSize + lane;
+    v[k] = i < valid ? f(static_cast<A>(row[i])) : fill;
+  }
+}
+
+template <int kPerLane, typename A>
+__device__ __forceinline__ A lane_sum(const A (&v)[kPerLane]) {
+  A sum = 0;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) sum += v[k];
+  return warp_allreduce<SumOp<A>>(sum);
+}
+
+template <typename T, int kPerLane>
+__global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                               const T* __restrict__ bias, T* __restrict__ y,
+                                               opmath_t<T>* __restrict__ mean_out,
+                                               opmath_t<T>* __restrict__ rstd_out, int64_t rows, int64_t n,
+                                               opmath_t<T> eps) {
+  using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  const int lane = threadIdx.x % kWarpSize;
+  A v[kPerLane], d[kPerLane];
+  load_lanes(x + row * n, n, A(0), v, [](A a) { return a; });
+  const A mean = lane_sum(v) / static_cast<A>(n);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) d[k] = k * kWarpSize + lane < n ? (v[k] - mean) * (v[k] - mean) : A(0);
+  const A rstd = rsqrt_acc(lane_sum(d) / static_cast<A>(n) + eps);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = k * kWarpSize + lane;
+    if (i >= n) break;
+    A out = (v[k] - mean) * rstd;
+    if (weight) out *= static_cast<A>(weight[i]);
+    if (bias) out += static_cast<A>(bias[i]);
+    y[row * n + i] = static_cast<T>(out);
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+template <typename T, int kPerLane>
+__global__ void layer_norm_backward_input_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                                      const opmath_t<T>* __restrict__ mean,
+                                                      const opmath_t<T>* __restrict__ rstd,
+                                                      const T* __restrict__ weight, T* __restrict__ dx, int64_t rows,
+                                                      int64_t n) {
+  using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const A mu = mean[row], r = rstd[row];
+  A xhat[kPerLane], g[kPerLane], gx[kPerLane];
+  load_lanes(x + row * n, n, A(0), xhat, [&](A a) { return (a - mu) * r; });
+  load_lanes(dy + row * n, n, A(0), g, [](A a) { return a; });
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = k * kWarpSize + lane;
+    if (weight && i < n) g[k] *= static_cast<A>(weight[i]);
+    gx[k] = g[k] * xhat[k];
+  }
+  const A mean_g = lane_sum(g) / static_cast<A>(n);
+  const A mean_gx = lane_sum(gx) / static_cast<A>(n);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = k * kWarpSize + lane;
+    if (i >= n) break;
+    dx[row * n + i] = static_cast<T>(r * (g[k] - mean_g - xhat[k] * mean_gx));
+  }
+}
+
+template <typename T, int kPerLane>
+__global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n,
+                                            int64_t causal, opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t valid = causal ? row % causal + 1 : n;
+  A v[kPerLane];
+  load_lanes(x + row * n, valid, MaxOp<A>::identity(), v, [&](A a) { return scale * a; });
+  A top = MaxOp<A>::identity();
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) top = MaxOp<A>::combine(top, v[k]);
+  top = warp_allreduce<MaxOp<A>>(top);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) v[k] = k * kWarpSize + lane < valid ? exp_acc(v[k] - top) : A(0);
+  const A inv = A(1) / lane_sum(v);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = k * kWarpSize + lane;
+    if (i < n) y[row * n + i] = static_cast<T>(v[k] * inv);
+  }
+}
+
+template <typename T, int kPerLane>
+__global__ void softmax_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
+                                             int64_t rows, int64_t n, int64_t causal, opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t valid = causal ? row % causal + 1 : n;
+  A ys[kPerLane], gs[kPerLane], products[kPerLane];
+  load_lanes(y + row * n, valid, A(0), ys, [](A a) { return a; });
+  load_lanes(dy + row * n, valid, A(0), gs, [](A a) { return a; });
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) products[k] = ys[k] * gs[k];
+  const A dot = lane_sum(products);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = k * kWarpSize + lane;
+    if (i < n) dx[row * n + i] = static_cast<T>(scale * ys[k] * (gs[k] - dot));
+  }
+}
+
 }  // namespace fastreduce

@@ -36,6 +36,24 @@ size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t acc_size) {
   return bytes;
 }
 
+// Rows up to this length run one warp each, in registers.
+constexpr int64_t kWarpRowMax = 1024;
+
+// Calls f(std::integral_constant<int, kPerLane>) with kPerLane the smallest
+// power of two with 32 * kPerLane >= n (n <= kWarpRowMax).
+template <typename F>
+cudaError_t with_lanes(int64_t n, F&& f) {
+  if (n <= 32) return f(std::integral_constant<int, 1>{});
+  if (n <= 64) return f(std::integral_constant<int, 2>{});
+  if (n <= 128) return f(std::integral_constant<int, 4>{});
+  if (n <= 256) return f(std::integral_constant<int, 8>{});
+  if (n <= 512) return f(std::integral_constant<int, 16>{});
+  return f(std::integral_constant<int, 32>{});
+}
+
+int64_t warp_row_blocks(int64_t rows) { return ceil_div(rows, kWarpRowsPerBlock); }
+constexpr int kWarpRowThreads = kWarpRowsPerBlock * kWarpSize;
+
 template <typename F>
 cudaError_t dispatch_floating(DType dtype, F&& f) {
   return visit_dtype<__half, __nv_bfloat16>(dtype, [&](auto tag) -> cudaError_t {
@@ -67,6 +85,14 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
+    if (n <= kWarpRowMax)
+      return with_lanes(n, [&](auto per_lane) {
+        layer_norm_forward_warp_kernel<T, decltype(per_lane)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
+                                                                       stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
+            static_cast<A*>(mean), static_cast<A*>(rstd), rows, n, static_cast<A>(eps));
+        return cudaGetLastError();
+      });
     const auto kernel = layer_norm_forward_kernel<T>;
     const size_t bytes = cache_bytes(kernel, 1, n, sizeof(A));
     kernel<<<rows, row_threads(n), bytes, stream>>>(
@@ -89,11 +115,22 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const auto kernel = layer_norm_backward_input_kernel<T>;
-    const size_t bytes = cache_bytes(kernel, 2, n, sizeof(A));
-    kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                    static_cast<const A*>(mean), static_cast<const A*>(rstd),
-                                                    static_cast<const T*>(weight), static_cast<T*>(dx), n, bytes > 0);
+    if (n <= kWarpRowMax) {
+      with_lanes(n, [&](auto per_lane) {
+        layer_norm_backward_input_warp_kernel<T, decltype(per_lane)::value>
+            <<<warp_row_blocks(rows), kWarpRowThreads, 0, stream>>>(
+                static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const A*>(mean),
+                static_cast<const A*>(rstd), static_cast<const T*>(weight), static_cast<T*>(dx), rows, n);
+        return cudaSuccess;
+      });
+    } else {
+      const auto kernel = layer_norm_backward_input_kernel<T>;
+      const size_t bytes = cache_bytes(kernel, 2, n, sizeof(A));
+      kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                      static_cast<const A*>(mean), static_cast<const A*>(rstd),
+                                                      static_cast<const T*>(weight), static_cast<T*>(dx), n,
+                                                      bytes > 0);
+    }
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess || !dweight) return err;
 
@@ -120,6 +157,13 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
+    if (n <= kWarpRowMax)
+      return with_lanes(n, [&](auto per_lane) {
+        softmax_forward_warp_kernel<T, decltype(per_lane)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
+                                                                    stream>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), rows, n, causal, static_cast<A>(scale));
+        return cudaGetLastError();
+      });
     const auto kernel = softmax_forward_kernel<T>;
     const size_t bytes = cache_bytes(kernel, 1, n, sizeof(A));
     kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, causal,
@@ -134,6 +178,14 @@ cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* d
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
+    if (n <= kWarpRowMax)
+      return with_lanes(n, [&](auto per_lane) {
+        softmax_backward_warp_kernel<T, decltype(per_lane)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
+                                                                     stream>>>(
+            static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx), rows, n, causal,
+            static_cast<A>(scale));
+        return cudaGetLastError();
+      });
     const auto kernel = softmax_backward_kernel<T>;
     const size_t bytes = cache_bytes(kernel, 2, n, sizeof(A));
     kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(y),
