@@ -214,3 +214,23 @@ def test_layer_norm_parameter_gradients_deterministic():
     first = torch.autograd.grad(fr.layer_norm(x, 768, w, b), (w, b), g)
     second = torch.autograd.grad(fr.layer_norm(x, 768, w, b), (w, b), g)
     assert all(torch.equal(a, c) for a, c in zip(first, second))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+def test_unaligned_rows_and_gradients(device, dtype):
+    # Storage offset 1 and widths not a multiple of the vector size: the
+    # element-wise paths; an offset gradient with an aligned input: mixed.
+    base = torch.randn(64 * 96 + 1, device=device).to(dtype)
+    x = base[1:].view(64, 96)
+    torch.testing.assert_close(fr.softmax(x), torch.softmax(x, -1))
+    ln = torch.ops.fastreduce.layer_norm(x, [96], None, None, 1e-5)[0]
+    torch.testing.assert_close(ln, F.layer_norm(x, [96]))
+    y = torch.randn(64, 96, device=device).to(dtype).requires_grad_()
+    g = torch.randn(64 * 96 + 1, device=device).to(dtype)[1:].view(64, 96)
+    ours = torch.autograd.grad(fr.softmax(y), y, g)[0]
+    theirs = torch.autograd.grad(torch.softmax(y, -1), y, g)[0]
+    torch.testing.assert_close(ours, theirs)
+    ours = torch.autograd.grad(fr.layer_norm(y, 96), y, g)[0]
+    theirs = torch.autograd.grad(F.layer_norm(y, [96]), y, g)[0]
+    torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)

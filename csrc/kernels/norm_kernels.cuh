@@ -190,8 +190,10 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
 }
 
 // ---- Rows of at most 32 * kPerLane elements: one warp per row, the row in
-// registers (lane l holds elements l, l + 32, ...: coalesced loads, kPerLane
-// of them in flight), shuffles only: no shared memory, no block barrier.
+// registers, shuffles only: no shared memory, no block barrier. Lane l holds
+// packs l, l + 32, ... of kVec adjacent elements, loaded and stored as one
+// 16-byte vector where the row allows it (kVec = 1 otherwise), so a warp
+// moves 512 contiguous bytes per instruction with kPerLane / kVec in flight.
 constexpr int kWarpRowsPerBlock = 8;
 
 // The calling warp's row, or -1 past the last row (the whole warp leaves).
@@ -200,14 +202,45 @@ __device__ __forceinline__ int64_t warp_row(int64_t rows) {
   return row < rows ? row : -1;
 }
 
-// v[k] = f(row[i]) for i = 32k + lane below `valid`, `fill` elsewhere.
-template <int kPerLane, typename T, typename A, typename F>
+// Row index of a lane's k-th register.
+template <int kVec>
+__device__ __forceinline__ int64_t lane_index(int k) {
+  return (int64_t(k / kVec) * kWarpSize + threadIdx.x % kWarpSize) * kVec + k % kVec;
+}
+
+// v[k] = f(row[i]) for the lane's elements i below `valid`, `fill` elsewhere.
+template <int kVec, int kPerLane, typename T, typename A, typename F>
 __device__ __forceinline__ void load_lanes(const T* row, int64_t valid, A fill, A (&v)[kPerLane], F&& f) {
-  const int lane = threadIdx.x % kWarpSize;
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t i = k * kWarpSize + lane;
-    v[k] = i < valid ? f(static_cast<A>(row[i])) : fill;
+  for (int k = 0; k < kPerLane; k += kVec) {
+    const int64_t first = lane_index<kVec>(k);
+    if (kVec > 1 && first + kVec <= valid) {
+      const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(row + first);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[k + j] = f(static_cast<A>(pack.elem[j]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[k + j] = first + j < valid ? f(static_cast<A>(row[first + j])) : fill;
+    }
+  }
+}
+
+// row[i] = value(k, i) for the lane's elements i below n.
+template <int kVec, int kPerLane, typename T, typename F>
+__device__ __forceinline__ void store_lanes(T* row, int64_t n, F&& value) {
+#pragma unroll
+  for (int k = 0; k < kPerLane; k += kVec) {
+    const int64_t first = lane_index<kVec>(k);
+    if (kVec > 1 && first + kVec <= n) {
+      VecN<T, kVec> pack;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) pack.elem[j] = static_cast<T>(value(k + j, first + j));
+      *reinterpret_cast<VecN<T, kVec>*>(row + first) = pack;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        if (first + j < n) row[first + j] = static_cast<T>(value(k + j, first + j));
+    }
   }
 }
 
@@ -219,7 +252,7 @@ __device__ __forceinline__ A lane_sum(const A (&v)[kPerLane]) {
   return warp_allreduce<SumOp<A>>(sum);
 }
 
-template <typename T, int kPerLane>
+template <typename T, int kPerLane, int kVec>
 __global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                                const T* __restrict__ bias, T* __restrict__ y,
                                                opmath_t<T>* __restrict__ mean_out,
@@ -228,29 +261,25 @@ __global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T*
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  const int lane = threadIdx.x % kWarpSize;
   A v[kPerLane], d[kPerLane];
-  load_lanes(x + row * n, n, A(0), v, [](A a) { return a; });
+  load_lanes<kVec>(x + row * n, n, A(0), v, [](A a) { return a; });
   const A mean = lane_sum(v) / static_cast<A>(n);
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) d[k] = k * kWarpSize + lane < n ? (v[k] - mean) * (v[k] - mean) : A(0);
+  for (int k = 0; k < kPerLane; ++k) d[k] = lane_index<kVec>(k) < n ? (v[k] - mean) * (v[k] - mean) : A(0);
   const A rstd = rsqrt_acc(lane_sum(d) / static_cast<A>(n) + eps);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t i = k * kWarpSize + lane;
-    if (i >= n) break;
+  store_lanes<kVec, kPerLane>(y + row * n, n, [&](int k, int64_t i) {
     A out = (v[k] - mean) * rstd;
     if (weight) out *= static_cast<A>(weight[i]);
     if (bias) out += static_cast<A>(bias[i]);
-    y[row * n + i] = static_cast<T>(out);
-  }
-  if (lane == 0) {
+    return out;
+  });
+  if (threadIdx.x % kWarpSize == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
 }
 
-template <typename T, int kPerLane>
+template <typename T, int kPerLane, int kVec>
 __global__ void layer_norm_backward_input_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                                       const opmath_t<T>* __restrict__ mean,
                                                       const opmath_t<T>* __restrict__ rstd,
@@ -259,70 +288,55 @@ __global__ void layer_norm_backward_input_warp_kernel(const T* __restrict__ dy, 
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  const int lane = threadIdx.x % kWarpSize;
   const A mu = mean[row], r = rstd[row];
   A xhat[kPerLane], g[kPerLane], gx[kPerLane];
-  load_lanes(x + row * n, n, A(0), xhat, [&](A a) { return (a - mu) * r; });
-  load_lanes(dy + row * n, n, A(0), g, [](A a) { return a; });
+  load_lanes<kVec>(x + row * n, n, A(0), xhat, [&](A a) { return (a - mu) * r; });
+  load_lanes<kVec>(dy + row * n, n, A(0), g, [](A a) { return a; });
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
-    const int64_t i = k * kWarpSize + lane;
+    const int64_t i = lane_index<kVec>(k);
     if (weight && i < n) g[k] *= static_cast<A>(weight[i]);
     gx[k] = g[k] * xhat[k];
   }
   const A mean_g = lane_sum(g) / static_cast<A>(n);
   const A mean_gx = lane_sum(gx) / static_cast<A>(n);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t i = k * kWarpSize + lane;
-    if (i >= n) break;
-    dx[row * n + i] = static_cast<T>(r * (g[k] - mean_g - xhat[k] * mean_gx));
-  }
+  store_lanes<kVec, kPerLane>(dx + row * n, n,
+                              [&](int k, int64_t) { return r * (g[k] - mean_g - xhat[k] * mean_gx); });
 }
 
-template <typename T, int kPerLane>
+template <typename T, int kPerLane, int kVec>
 __global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n,
                                             int64_t causal, opmath_t<T> scale) {
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  const int lane = threadIdx.x % kWarpSize;
   const int64_t valid = causal ? row % causal + 1 : n;
   A v[kPerLane];
-  load_lanes(x + row * n, valid, MaxOp<A>::identity(), v, [&](A a) { return scale * a; });
+  load_lanes<kVec>(x + row * n, valid, MaxOp<A>::identity(), v, [&](A a) { return scale * a; });
   A top = MaxOp<A>::identity();
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) top = MaxOp<A>::combine(top, v[k]);
   top = warp_allreduce<MaxOp<A>>(top);
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) v[k] = k * kWarpSize + lane < valid ? exp_acc(v[k] - top) : A(0);
+  for (int k = 0; k < kPerLane; ++k) v[k] = lane_index<kVec>(k) < valid ? exp_acc(v[k] - top) : A(0);
   const A inv = A(1) / lane_sum(v);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t i = k * kWarpSize + lane;
-    if (i < n) y[row * n + i] = static_cast<T>(v[k] * inv);
-  }
+  store_lanes<kVec, kPerLane>(y + row * n, n, [&](int k, int64_t) { return v[k] * inv; });
 }
 
-template <typename T, int kPerLane>
+template <typename T, int kPerLane, int kVec>
 __global__ void softmax_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
                                              int64_t rows, int64_t n, int64_t causal, opmath_t<T> scale) {
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  const int lane = threadIdx.x % kWarpSize;
   const int64_t valid = causal ? row % causal + 1 : n;
   A ys[kPerLane], gs[kPerLane], products[kPerLane];
-  load_lanes(y + row * n, valid, A(0), ys, [](A a) { return a; });
-  load_lanes(dy + row * n, valid, A(0), gs, [](A a) { return a; });
+  load_lanes<kVec>(y + row * n, valid, A(0), ys, [](A a) { return a; });
+  load_lanes<kVec>(dy + row * n, valid, A(0), gs, [](A a) { return a; });
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) products[k] = ys[k] * gs[k];
   const A dot = lane_sum(products);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t i = k * kWarpSize + lane;
-    if (i < n) dx[row * n + i] = static_cast<T>(scale * ys[k] * (gs[k] - dot));
-  }
+  store_lanes<kVec, kPerLane>(dx + row * n, n, [&](int k, int64_t) { return scale * ys[k] * (gs[k] - dot); });
 }
 
 }  // namespace fastreduce

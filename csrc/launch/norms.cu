@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <initializer_list>
 
 #include "../kernels/norm_kernels.cuh"
 #include "reduce.h"
@@ -39,16 +40,29 @@ size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t acc_size) {
 // Rows up to this length run one warp each, in registers.
 constexpr int64_t kWarpRowMax = 1024;
 
-// Calls f(std::integral_constant<int, kPerLane>) with kPerLane the smallest
-// power of two with 32 * kPerLane >= n (n <= kWarpRowMax).
-template <typename F>
-cudaError_t with_lanes(int64_t n, F&& f) {
-  if (n <= 32) return f(std::integral_constant<int, 1>{});
-  if (n <= 64) return f(std::integral_constant<int, 2>{});
-  if (n <= 128) return f(std::integral_constant<int, 4>{});
-  if (n <= 256) return f(std::integral_constant<int, 8>{});
-  if (n <= 512) return f(std::integral_constant<int, 16>{});
-  return f(std::integral_constant<int, 32>{});
+// Calls f(kPerLane, kVec) as integral constants: kVec 16-byte packs when every
+// row of n elements of every buffer starts 16-byte aligned (else 1), and kPerLane the
+// smallest power of two, at least kVec, with 32 * kPerLane >= n.
+template <typename T, typename F>
+cudaError_t with_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f) {
+  constexpr int kPack = Vec16<T>::kSize;
+  bool packed = n % kPack == 0;
+  for (const void* buffer : buffers) packed = packed && reinterpret_cast<uintptr_t>(buffer) % 16 == 0;
+  auto pick = [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    auto call = [&](auto per_lane) {
+      constexpr int kPerLane = decltype(per_lane)::value < kVec ? kVec : decltype(per_lane)::value;
+      return f(std::integral_constant<int, kPerLane>{}, vec);
+    };
+    if (n <= 32) return call(std::integral_constant<int, 1>{});
+    if (n <= 64) return call(std::integral_constant<int, 2>{});
+    if (n <= 128) return call(std::integral_constant<int, 4>{});
+    if (n <= 256) return call(std::integral_constant<int, 8>{});
+    if (n <= 512) return call(std::integral_constant<int, 16>{});
+    return call(std::integral_constant<int, 32>{});
+  };
+  if (packed) return pick(std::integral_constant<int, kPack>{});
+  return pick(std::integral_constant<int, 1>{});
 }
 
 int64_t warp_row_blocks(int64_t rows) { return ceil_div(rows, kWarpRowsPerBlock); }
@@ -86,8 +100,8 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     if (n <= kWarpRowMax)
-      return with_lanes(n, [&](auto per_lane) {
-        layer_norm_forward_warp_kernel<T, decltype(per_lane)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
+      return with_lanes<T>(n, {x, y}, [&](auto per_lane, auto vec) {
+        layer_norm_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
                                                                        stream>>>(
             static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
             static_cast<A*>(mean), static_cast<A*>(rstd), rows, n, static_cast<A>(eps));
@@ -116,8 +130,8 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     if (n <= kWarpRowMax) {
-      with_lanes(n, [&](auto per_lane) {
-        layer_norm_backward_input_warp_kernel<T, decltype(per_lane)::value>
+      with_lanes<T>(n, {x, dy, dx}, [&](auto per_lane, auto vec) {
+        layer_norm_backward_input_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>
             <<<warp_row_blocks(rows), kWarpRowThreads, 0, stream>>>(
                 static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const A*>(mean),
                 static_cast<const A*>(rstd), static_cast<const T*>(weight), static_cast<T*>(dx), rows, n);
@@ -158,8 +172,8 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     if (n <= kWarpRowMax)
-      return with_lanes(n, [&](auto per_lane) {
-        softmax_forward_warp_kernel<T, decltype(per_lane)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
+      return with_lanes<T>(n, {x, y}, [&](auto per_lane, auto vec) {
+        softmax_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
                                                                     stream>>>(
             static_cast<const T*>(x), static_cast<T*>(y), rows, n, causal, static_cast<A>(scale));
         return cudaGetLastError();
@@ -179,8 +193,8 @@ cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* d
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     if (n <= kWarpRowMax)
-      return with_lanes(n, [&](auto per_lane) {
-        softmax_backward_warp_kernel<T, decltype(per_lane)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
+      return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
+        softmax_backward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
                                                                      stream>>>(
             static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx), rows, n, causal,
             static_cast<A>(scale));
