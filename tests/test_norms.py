@@ -228,9 +228,10 @@ def test_unaligned_rows_and_gradients(device, dtype):
     torch.testing.assert_close(ln, F.layer_norm(x, [96]))
     y = torch.randn(64, 96, device=device).to(dtype).requires_grad_()
     g = torch.randn(64 * 96 + 1, device=device).to(dtype)[1:].view(64, 96)
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 1e-3}
     ours = torch.autograd.grad(fr.softmax(y), y, g)[0]
     theirs = torch.autograd.grad(torch.softmax(y, -1), y, g)[0]
-    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(ours, theirs, **tolerance)
     ours = torch.autograd.grad(fr.layer_norm(y, 96), y, g)[0]
     theirs = torch.autograd.grad(F.layer_norm(y, [96]), y, g)[0]
     torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
