@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <tuple>
 
 #include "../kernels/norm_kernels.cuh"
 #include "reduce.h"
@@ -68,6 +69,23 @@ cudaError_t with_lanes(int64_t n, std::initializer_list<const void*> buffers, F&
 int64_t warp_row_blocks(int64_t rows) { return ceil_div(rows, kWarpRowsPerBlock); }
 constexpr int kWarpRowThreads = kWarpRowsPerBlock * kWarpSize;
 
+// One warp per row (rows up to kWarpRowMax); `args` are the kernel's arguments.
+template <typename Kernel, typename Args>
+cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, const Args& args) {
+  std::apply([&](auto... a) { kernel<<<warp_row_blocks(rows), kWarpRowThreads, 0, stream>>>(a...); }, args);
+  return cudaGetLastError();
+}
+
+// One block per row with `slots` rows of n accumulators cached in shared
+// memory when they fit; the kernel's last argument says whether they did.
+template <typename Kernel, typename Args>
+cudaError_t launch_block_rows(Kernel kernel, int slots, size_t acc_size, int64_t rows, int64_t n,
+                              cudaStream_t stream, const Args& args) {
+  const size_t bytes = cache_bytes(kernel, slots, n, acc_size);
+  std::apply([&](auto... a) { kernel<<<rows, row_threads(n), bytes, stream>>>(a..., bytes > 0); }, args);
+  return cudaGetLastError();
+}
+
 template <typename F>
 cudaError_t dispatch_floating(DType dtype, F&& f) {
   return visit_dtype<__half, __nv_bfloat16>(dtype, [&](auto tag) -> cudaError_t {
@@ -99,20 +117,17 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
+    const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<const T*>(weight),
+                                      static_cast<const T*>(bias), static_cast<T*>(y), static_cast<A*>(mean),
+                                      static_cast<A*>(rstd));
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {x, y}, [&](auto per_lane, auto vec) {
-        layer_norm_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
-                                                                       stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
-            static_cast<A*>(mean), static_cast<A*>(rstd), rows, n, static_cast<A>(eps));
-        return cudaGetLastError();
+        return launch_warp_rows(
+            layer_norm_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>, rows, stream,
+            std::tuple_cat(args, std::make_tuple(rows, n, static_cast<A>(eps))));
       });
-    const auto kernel = layer_norm_forward_kernel<T>;
-    const size_t bytes = cache_bytes(kernel, 1, n, sizeof(A));
-    kernel<<<rows, row_threads(n), bytes, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
-        static_cast<A*>(mean), static_cast<A*>(rstd), n, static_cast<A>(eps), bytes > 0);
-    return cudaGetLastError();
+    return launch_block_rows(layer_norm_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
+                             std::tuple_cat(args, std::make_tuple(n, static_cast<A>(eps))));
   });
 }
 
@@ -129,23 +144,20 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    if (n <= kWarpRowMax) {
-      with_lanes<T>(n, {x, dy, dx}, [&](auto per_lane, auto vec) {
-        layer_norm_backward_input_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>
-            <<<warp_row_blocks(rows), kWarpRowThreads, 0, stream>>>(
-                static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const A*>(mean),
-                static_cast<const A*>(rstd), static_cast<const T*>(weight), static_cast<T*>(dx), rows, n);
-        return cudaSuccess;
-      });
-    } else {
-      const auto kernel = layer_norm_backward_input_kernel<T>;
-      const size_t bytes = cache_bytes(kernel, 2, n, sizeof(A));
-      kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                      static_cast<const A*>(mean), static_cast<const A*>(rstd),
-                                                      static_cast<const T*>(weight), static_cast<T*>(dx), n,
-                                                      bytes > 0);
-    }
-    cudaError_t err = cudaGetLastError();
+    const auto args = std::make_tuple(static_cast<const T*>(dy), static_cast<const T*>(x),
+                                      static_cast<const A*>(mean), static_cast<const A*>(rstd),
+                                      static_cast<const T*>(weight), static_cast<T*>(dx));
+    cudaError_t err =
+        n <= kWarpRowMax
+            ? with_lanes<T>(n, {x, dy, dx},
+                            [&](auto per_lane, auto vec) {
+                              return launch_warp_rows(
+                                  layer_norm_backward_input_warp_kernel<T, decltype(per_lane)::value,
+                                                                        decltype(vec)::value>,
+                                  rows, stream, std::tuple_cat(args, std::make_tuple(rows, n)));
+                            })
+            : launch_block_rows(layer_norm_backward_input_kernel<T>, 2, sizeof(A), rows, n, stream,
+                                std::tuple_cat(args, std::make_tuple(n)));
     if (err != cudaSuccess || !dweight) return err;
 
     const ParamGradPlan plan = param_grad_plan(dtype, rows, n, sm_count);
@@ -171,18 +183,14 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
+    const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<T*>(y));
+    const auto shape = std::make_tuple(n, causal, static_cast<A>(scale));
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {x, y}, [&](auto per_lane, auto vec) {
-        softmax_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
-                                                                    stream>>>(
-            static_cast<const T*>(x), static_cast<T*>(y), rows, n, causal, static_cast<A>(scale));
-        return cudaGetLastError();
+        return launch_warp_rows(softmax_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>,
+                                rows, stream, std::tuple_cat(args, std::make_tuple(rows), shape));
       });
-    const auto kernel = softmax_forward_kernel<T>;
-    const size_t bytes = cache_bytes(kernel, 1, n, sizeof(A));
-    kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, causal,
-                                                    static_cast<A>(scale), bytes > 0);
-    return cudaGetLastError();
+    return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream, std::tuple_cat(args, shape));
   });
 }
 
@@ -192,19 +200,14 @@ cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* d
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
+    const auto args = std::make_tuple(static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx));
+    const auto shape = std::make_tuple(n, causal, static_cast<A>(scale));
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
-        softmax_backward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value><<<warp_row_blocks(rows), kWarpRowThreads, 0,
-                                                                     stream>>>(
-            static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx), rows, n, causal,
-            static_cast<A>(scale));
-        return cudaGetLastError();
+        return launch_warp_rows(softmax_backward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>,
+                                rows, stream, std::tuple_cat(args, std::make_tuple(rows), shape));
       });
-    const auto kernel = softmax_backward_kernel<T>;
-    const size_t bytes = cache_bytes(kernel, 2, n, sizeof(A));
-    kernel<<<rows, row_threads(n), bytes, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(y),
-                                                    static_cast<T*>(dx), n, causal, static_cast<A>(scale), bytes > 0);
-    return cudaGetLastError();
+    return launch_block_rows(softmax_backward_kernel<T>, 2, sizeof(A), rows, n, stream, std::tuple_cat(args, shape));
   });
 }
 

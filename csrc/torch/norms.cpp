@@ -59,6 +59,12 @@ const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? &*t : nullptr;
 }
 
+// The kernels take an undefined tensor for "no weight/bias".
+at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
+  const at::Tensor* defined = defined_or_null(t);
+  return defined ? defined->contiguous() : at::Tensor();
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
@@ -74,8 +80,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& inpu
   at::Tensor mean = stats_tensor(input, normalized_shape.size());
   at::Tensor rstd = at::empty_like(mean);
   const NormArgs args{rows, n, 0, eps};
-  const at::Tensor w = weight.has_value() && weight->defined() ? weight->contiguous() : at::Tensor();
-  const at::Tensor b = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
+  const at::Tensor w = contiguous_or_undefined(weight);
+  const at::Tensor b = contiguous_or_undefined(bias);
   if (input.is_cuda()) layer_norm_forward_cuda(x, w, b, y, mean, rstd, args);
   else layer_norm_forward_cpu(x, w, b, y, mean, rstd, args);
   return {y, mean, rstd};
@@ -102,7 +108,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   at::Tensor dw = at::empty(w ? normalized_shape : at::IntArrayRef{0}, input.options().dtype(acc));
   at::Tensor db = at::empty(b ? normalized_shape : at::IntArrayRef{0}, input.options().dtype(acc));
   const NormArgs args{rows, n, 0, 0};
-  const at::Tensor weight_c = w ? w->contiguous() : at::Tensor();
+  const at::Tensor weight_c = contiguous_or_undefined(weight);
   if (input.is_cuda()) layer_norm_backward_cuda(dy, x, mean, rstd, weight_c, dx, w || b ? &dw : nullptr,
                                                 w || b ? &db : nullptr, args);
   else layer_norm_backward_cpu(dy, x, mean, rstd, weight_c, dx, w || b ? &dw : nullptr, w || b ? &db : nullptr,
