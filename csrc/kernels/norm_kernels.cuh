@@ -12,8 +12,11 @@ namespace fastreduce {
 template <typename T>
 using opmath_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-__device__ __forceinline__ float exp_acc(float v) { return expf(v); }
-__device__ __forceinline__ double exp_acc(double v) { return exp(v); }
+// Softmax works in base 2: inputs are multiplied by scale * log2(e) once, so
+// each element costs one exp2 (a single MUFU.EX2 for float) after the max.
+constexpr double kLog2e = 1.4426950408889634;
+__device__ __forceinline__ float exp2_acc(float v) { return exp2f(v); }
+__device__ __forceinline__ double exp2_acc(double v) { return exp2(v); }
 __device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
 
@@ -162,14 +165,15 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ 
   const int64_t offset = blockIdx.x * n;
   const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
   const Row<T, A> row = stage_row(x + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
+  const A scale2 = scale * static_cast<A>(kLog2e);
   A top = MaxOp<A>::identity();
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale * row[i]);
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale2 * row[i]);
   top = block_allreduce<MaxOp<A>>(top, scratch);
   A sum = 0;
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp_acc(scale * row[i] - top);
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp2_acc(scale2 * row[i] - top);
   const A inv = A(1) / block_allreduce<SumOp<A>>(sum, scratch);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    y[offset + i] = static_cast<T>(i < valid ? exp_acc(scale * row[i] - top) * inv : A(0));
+    y[offset + i] = static_cast<T>(i < valid ? exp2_acc(scale2 * row[i] - top) * inv : A(0));
 }
 
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after.
@@ -208,21 +212,28 @@ __device__ __forceinline__ int64_t lane_index(int k) {
   return (int64_t(k / kVec) * kWarpSize + threadIdx.x % kWarpSize) * kVec + k % kVec;
 }
 
-// v[k] = f(row[i]) for the lane's elements i below `valid`, `fill` elsewhere.
+// v[k] = f(v[k], row[i]) for the lane's elements i below `valid`, `fill` elsewhere.
 template <int kVec, int kPerLane, typename T, typename A, typename F>
-__device__ __forceinline__ void load_lanes(const T* row, int64_t valid, A fill, A (&v)[kPerLane], F&& f) {
+__device__ __forceinline__ void fold_lanes(const T* row, int64_t valid, A fill, A (&v)[kPerLane], F&& f) {
 #pragma unroll
   for (int k = 0; k < kPerLane; k += kVec) {
     const int64_t first = lane_index<kVec>(k);
     if (kVec > 1 && first + kVec <= valid) {
       const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(row + first);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[k + j] = f(static_cast<A>(pack.elem[j]));
+      for (int j = 0; j < kVec; ++j) v[k + j] = f(v[k + j], static_cast<A>(pack.elem[j]));
     } else {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[k + j] = first + j < valid ? f(static_cast<A>(row[first + j])) : fill;
+      for (int j = 0; j < kVec; ++j)
+        v[k + j] = first + j < valid ? f(v[k + j], static_cast<A>(row[first + j])) : fill;
     }
   }
+}
+
+// v[k] = f(row[i]) for the lane's elements i below `valid`, `fill` elsewhere.
+template <int kVec, int kPerLane, typename T, typename A, typename F>
+__device__ __forceinline__ void load_lanes(const T* row, int64_t valid, A fill, A (&v)[kPerLane], F&& f) {
+  fold_lanes<kVec>(row, valid, fill, v, [&](A, A a) { return f(a); });
 }
 
 // row[i] = value(k, i) for the lane's elements i below n.
@@ -261,47 +272,93 @@ __global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T*
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  A v[kPerLane], d[kPerLane];
+  A v[kPerLane];
   load_lanes<kVec>(x + row * n, n, A(0), v, [](A a) { return a; });
   const A mean = lane_sum(v) / static_cast<A>(n);
+  A squares = 0;
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) d[k] = lane_index<kVec>(k) < n ? (v[k] - mean) * (v[k] - mean) : A(0);
-  const A rstd = rsqrt_acc(lane_sum(d) / static_cast<A>(n) + eps);
-  store_lanes<kVec, kPerLane>(y + row * n, n, [&](int k, int64_t i) {
-    A out = (v[k] - mean) * rstd;
-    if (weight) out *= static_cast<A>(weight[i]);
-    if (bias) out += static_cast<A>(bias[i]);
-    return out;
-  });
+  for (int k = 0; k < kPerLane; ++k) {
+    v[k] = lane_index<kVec>(k) < n ? v[k] - mean : A(0);
+    squares += v[k] * v[k];
+  }
+  const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) v[k] *= rstd;
+  // The parameters go through the same packs as the row (L1 hits after the first warp).
+  if (weight) fold_lanes<kVec>(weight, n, A(0), v, [](A a, A w) { return a * w; });
+  if (bias) fold_lanes<kVec>(bias, n, A(0), v, [](A a, A b) { return a + b; });
+  store_lanes<kVec, kPerLane>(y + row * n, n, [&](int k, int64_t) { return v[k]; });
   if (threadIdx.x % kWarpSize == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
 }
 
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight, one
+// warp per row, each warp walking rows warp, warp + warps, ... With
+// `partial_w` it also adds dy * xhat and dy into its own slice of shared
+// memory (2 * kWarpRowsPerBlock * n accumulators: all warps' dweight sums,
+// then all warps' dbias sums), and the block folds its warps' slices into one
+// partial row each of partial_w/partial_b[blockIdx.x]: x and dy are read once
+// for all three gradients.
 template <typename T, int kPerLane, int kVec>
-__global__ void layer_norm_backward_input_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                                      const opmath_t<T>* __restrict__ mean,
-                                                      const opmath_t<T>* __restrict__ rstd,
-                                                      const T* __restrict__ weight, T* __restrict__ dx, int64_t rows,
-                                                      int64_t n) {
+__global__ void layer_norm_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                                const opmath_t<T>* __restrict__ mean,
+                                                const opmath_t<T>* __restrict__ rstd, const T* __restrict__ weight,
+                                                T* __restrict__ dx, opmath_t<T>* __restrict__ partial_w,
+                                                opmath_t<T>* __restrict__ partial_b, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
-  const int64_t row = warp_row(rows);
-  if (row < 0) return;
-  const A mu = mean[row], r = rstd[row];
-  A xhat[kPerLane], g[kPerLane], gx[kPerLane];
-  load_lanes<kVec>(x + row * n, n, A(0), xhat, [&](A a) { return (a - mu) * r; });
-  load_lanes<kVec>(dy + row * n, n, A(0), g, [](A a) { return a; });
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t i = lane_index<kVec>(k);
-    if (weight && i < n) g[k] *= static_cast<A>(weight[i]);
-    gx[k] = g[k] * xhat[k];
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const int warp = threadIdx.x / kWarpSize;
+  A* const sums_w = reinterpret_cast<A*>(shared_bytes) + warp * n;
+  A* const sums_b = sums_w + kWarpRowsPerBlock * n;
+  const bool params = partial_w != nullptr;
+  if (params) {
+    store_lanes<kVec, kPerLane>(sums_w, n, [](int, int64_t) { return A(0); });
+    store_lanes<kVec, kPerLane>(sums_b, n, [](int, int64_t) { return A(0); });
   }
-  const A mean_g = lane_sum(g) / static_cast<A>(n);
-  const A mean_gx = lane_sum(gx) / static_cast<A>(n);
-  store_lanes<kVec, kPerLane>(dx + row * n, n,
-                              [&](int k, int64_t) { return r * (g[k] - mean_g - xhat[k] * mean_gx); });
+
+  const int64_t stride = int64_t(gridDim.x) * kWarpRowsPerBlock;
+  for (int64_t row = blockIdx.x * int64_t(kWarpRowsPerBlock) + warp; row < rows; row += stride) {
+    const A mu = mean[row], r = rstd[row];
+    A xhat[kPerLane], g[kPerLane], acc[kPerLane];
+    load_lanes<kVec>(x + row * n, n, A(0), xhat, [&](A a) { return (a - mu) * r; });
+    load_lanes<kVec>(dy + row * n, n, A(0), g, [](A a) { return a; });
+    if (params) {  // a warp's slice is its own: no barrier
+      load_lanes<kVec>(sums_w, n, A(0), acc, [](A a) { return a; });
+      store_lanes<kVec, kPerLane>(sums_w, n, [&](int k, int64_t) { return acc[k] + g[k] * xhat[k]; });
+      load_lanes<kVec>(sums_b, n, A(0), acc, [](A a) { return a; });
+      store_lanes<kVec, kPerLane>(sums_b, n, [&](int k, int64_t) { return acc[k] + g[k]; });
+    }
+    if (weight) fold_lanes<kVec>(weight, n, A(0), g, [](A a, A w) { return a * w; });
+    A sum_g = 0, sum_gx = 0;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      sum_g += g[k];
+      sum_gx += g[k] * xhat[k];
+    }
+    const A mean_g = warp_allreduce<SumOp<A>>(sum_g) / static_cast<A>(n);
+    const A mean_gx = warp_allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
+    store_lanes<kVec, kPerLane>(dx + row * n, n,
+                                [&](int k, int64_t) { return r * (g[k] - mean_g - xhat[k] * mean_gx); });
+  }
+  if (!params) return;
+
+  // Column c of the block's partial row is warp 0's + warp 1's + ... in this
+  // fixed order: bitwise reproducible.
+  __syncthreads();
+  const A* const all_w = reinterpret_cast<const A*>(shared_bytes);
+  const A* const all_b = all_w + kWarpRowsPerBlock * n;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    A total_w = all_w[c], total_b = all_b[c];
+#pragma unroll
+    for (int k = 1; k < kWarpRowsPerBlock; ++k) {
+      total_w += all_w[k * n + c];
+      total_b += all_b[k * n + c];
+    }
+    partial_w[blockIdx.x * n + c] = total_w;
+    partial_b[blockIdx.x * n + c] = total_b;
+  }
 }
 
 template <typename T, int kPerLane, int kVec>
@@ -311,14 +368,15 @@ __global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restri
   const int64_t row = warp_row(rows);
   if (row < 0) return;
   const int64_t valid = causal ? row % causal + 1 : n;
+  const A scale2 = scale * static_cast<A>(kLog2e);
   A v[kPerLane];
-  load_lanes<kVec>(x + row * n, valid, MaxOp<A>::identity(), v, [&](A a) { return scale * a; });
+  load_lanes<kVec>(x + row * n, valid, MaxOp<A>::identity(), v, [&](A a) { return scale2 * a; });
   A top = MaxOp<A>::identity();
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) top = MaxOp<A>::combine(top, v[k]);
   top = warp_allreduce<MaxOp<A>>(top);
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) v[k] = lane_index<kVec>(k) < valid ? exp_acc(v[k] - top) : A(0);
+  for (int k = 0; k < kPerLane; ++k) v[k] = lane_index<kVec>(k) < valid ? exp2_acc(v[k] - top) : A(0);
   const A inv = A(1) / lane_sum(v);
   store_lanes<kVec, kPerLane>(y + row * n, n, [&](int k, int64_t) { return v[k] * inv; });
 }

@@ -5,11 +5,22 @@
 // folds fixed slices into accumulator partials, pass 2 folds the partials and
 // finalizes. Slicing depends only on the shape and the SM count, never on
 // timing, so results are bitwise reproducible and no atomics are needed.
+// Pass 2 is a programmatic dependent of pass 1: every kernel opens with
+// begin_pass<kFinal>().
 #pragma once
 
 #include "block_reduce.cuh"
+#include "dependent_launch.cuh"
 
 namespace fastreduce {
+
+// A first pass lets the second pass launch at once (it waits for our writes
+// anyway); a pass that may read a first pass's partials waits for them.
+template <bool kFinal>
+__device__ __forceinline__ void begin_pass() {
+  if constexpr (kFinal) wait_for_producer();
+  else allow_dependent_launch();
+}
 
 template <typename Op, typename Out, bool kFinal>
 __device__ __forceinline__ void store_result(Out* out, int64_t index, typename Op::acc_t acc,
@@ -20,11 +31,19 @@ __device__ __forceinline__ void store_result(Out* out, int64_t index, typename O
 // Full reduction of x[0, n): each block writes out[blockIdx.x]. With one block
 // and kFinal this is the whole reduction; otherwise it is pass 1 and
 // `out` holds accumulator partials for a one-block pass 2 over them.
+constexpr int kAllThreads = 512;
+// Float accumulation is compiled for four blocks per SM (32 registers): 2048
+// threads with four 16-byte loads in flight each, the read probe's occupancy.
+// Wider accumulators would spill at that budget.
+template <typename Op>
+constexpr int kAllMinBlocks = std::is_same_v<typename Op::acc_t, float> ? 4 : 1;
+
 template <typename Op, typename In, typename Out, bool kFinal>
-__global__ void reduce_all_kernel(const In* __restrict__ x, int64_t n, Out* __restrict__ out,
+__global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>) reduce_all_kernel(const In* __restrict__ x, int64_t n, Out* __restrict__ out,
                                   typename Op::acc_t scale) {
   using Acc = typename Op::acc_t;
   __shared__ Acc scratch[kWarpSize];
+  begin_pass<kFinal>();
   const int64_t rank = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t team = static_cast<int64_t>(gridDim.x) * blockDim.x;
   Acc acc = strided_reduce<Op>(x, n, rank, team, Op::identity());
@@ -43,6 +62,7 @@ __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64
   using Acc = typename Op::acc_t;
   constexpr bool kWholeBlock = kTeam == 0;
   __shared__ Acc scratch[kWarpSize];
+  begin_pass<kFinal>();
   const int64_t segment =
       kWholeBlock ? blockIdx.x : static_cast<int64_t>(blockIdx.x) * (blockDim.x / kTeam) + threadIdx.x / kTeam;
   // Lanes past the last segment still join the shuffles, with nothing to read.
@@ -76,6 +96,7 @@ __global__ void __launch_bounds__(kColumnThreads)
   constexpr int kTileColumns = kColumnTile * kVec;
   constexpr int kUnroll = 4;
   __shared__ Acc partial[kColumnLanes][kTileColumns + 1];
+  begin_pass<kFinal>();
   const int tx = threadIdx.x % kColumnTile;
   const int ty = threadIdx.x / kColumnTile;
   const int64_t tiles = (inner + kTileColumns - 1) / kTileColumns;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <tuple>
+#include <utility>
 
 #include "../kernels/norm_kernels.cuh"
 #include "reduce.h"
@@ -41,29 +42,37 @@ size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t acc_size) {
 // Rows up to this length run one warp each, in registers.
 constexpr int64_t kWarpRowMax = 1024;
 
-// Calls f(kPerLane, kVec) as integral constants: kVec 16-byte packs when every
-// row of n elements of every buffer starts 16-byte aligned (else 1), and kPerLane the
-// smallest power of two, at least kVec, with 32 * kPerLane >= n.
+// Calls f(kPerLane, kVec) for the first count of kCounts whose kPerLane =
+// kVec * count elements per lane cover n (counts beyond 32 elements are not
+// compiled).
+template <int kVec, int... kCounts, typename F>
+cudaError_t with_count(int64_t n, std::integer_sequence<int, kCounts...>, F&& f) {
+  cudaError_t result = cudaErrorInvalidValue;
+  auto try_count = [&](auto count) {
+    constexpr int kPerLane = kVec * decltype(count)::value;
+    if constexpr (kPerLane > kWarpSize) {
+      return false;
+    } else {
+      if (int64_t(kWarpSize) * kPerLane < n) return false;
+      result = f(std::integral_constant<int, kPerLane>{}, std::integral_constant<int, kVec>{});
+      return true;
+    }
+  };
+  (try_count(std::integral_constant<int, kCounts>{}) || ...);
+  return result;
+}
+
+// Calls f(kPerLane, kVec) as integral constants. kVec: 16-byte packs when
+// every row of n elements of every buffer starts 16-byte aligned, else 1.
+// kPerLane: packed, the fewest of 1, 2, 3, 4, 6, 8, ... packs per lane that
+// cover n (768 floats: 6 packs, no idle registers); unpacked, a power of two.
 template <typename T, typename F>
 cudaError_t with_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f) {
   constexpr int kPack = Vec16<T>::kSize;
   bool packed = n % kPack == 0;
   for (const void* buffer : buffers) packed = packed && reinterpret_cast<uintptr_t>(buffer) % 16 == 0;
-  auto pick = [&](auto vec) {
-    constexpr int kVec = decltype(vec)::value;
-    auto call = [&](auto per_lane) {
-      constexpr int kPerLane = decltype(per_lane)::value < kVec ? kVec : decltype(per_lane)::value;
-      return f(std::integral_constant<int, kPerLane>{}, vec);
-    };
-    if (n <= 32) return call(std::integral_constant<int, 1>{});
-    if (n <= 64) return call(std::integral_constant<int, 2>{});
-    if (n <= 128) return call(std::integral_constant<int, 4>{});
-    if (n <= 256) return call(std::integral_constant<int, 8>{});
-    if (n <= 512) return call(std::integral_constant<int, 16>{});
-    return call(std::integral_constant<int, 32>{});
-  };
-  if (packed) return pick(std::integral_constant<int, kPack>{});
-  return pick(std::integral_constant<int, 1>{});
+  if (packed) return with_count<kPack>(n, std::integer_sequence<int, 1, 2, 3, 4, 6, 8, 12, 16>{}, f);
+  return with_count<1>(n, std::integer_sequence<int, 1, 2, 4, 8, 16, 32>{}, f);
 }
 
 int64_t warp_row_blocks(int64_t rows) { return ceil_div(rows, kWarpRowsPerBlock); }
@@ -97,16 +106,39 @@ cudaError_t dispatch_floating(DType dtype, F&& f) {
 
 DType acc_dtype(DType dtype) { return dtype == DType::Double ? DType::Double : DType::Float; }
 
+// Weight and bias gradients come in two stages: partial rows, then a column
+// sum of them. Rows of up to kWarpRowMax fuse stage one into the dx kernel:
+// one wave of at most kFusedBlocksPerSm blocks, each folding its rows into one
+// partial row (its shared memory holds every warp's sums). Longer rows, or a
+// GPU without that much shared memory, run a separate pass over x and dy.
+constexpr int kFusedBlocksPerSm = 2;
+
 struct ParamGradPlan {
-  int64_t chunks, rows_per_chunk;
-  size_t partial_bytes;  // one of the two partial buffers
+  bool fused;
+  int64_t chunks;          // partial rows
+  int64_t rows_per_chunk;  // separate pass only
+  size_t shared_bytes;     // fused only
+  size_t partial_bytes;    // each of the two partial buffers
 };
 
 ParamGradPlan param_grad_plan(DType dtype, int64_t rows, int64_t n, int sm_count) {
+  const size_t acc = dtype == DType::Double ? 8 : 4;
+  auto partial_bytes = [&](int64_t chunks) { return (chunks * n * acc + 255) / 256 * 256; };
+  int device = 0, per_block = 0, per_sm = 0;
+  const bool known = cudaGetDevice(&device) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+                         cudaSuccess &&
+                     cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
+                         cudaSuccess;
+  const size_t shared = 2 * kWarpRowsPerBlock * n * acc;
+  if (n <= kWarpRowMax && known && shared <= size_t(per_block)) {
+    const int64_t blocks_per_sm = std::clamp<int64_t>(per_sm / (shared + 1024), 1, kFusedBlocksPerSm);
+    const int64_t chunks = std::min(warp_row_blocks(rows), sm_count * blocks_per_sm);
+    return {true, chunks, 0, shared, partial_bytes(chunks)};
+  }
   const int64_t tiles = ceil_div(n, kGradTile);
   const int64_t chunks = std::max<int64_t>(1, std::min(ceil_div(int64_t(sm_count) * 8, tiles), ceil_div(rows, 64)));
-  const size_t acc = dtype == DType::Double ? 8 : 4;
-  return {chunks, ceil_div(rows, chunks), (chunks * n * acc + 255) / 256 * 256};
+  return {false, chunks, ceil_div(rows, chunks), 0, partial_bytes(chunks)};
 }
 
 }  // namespace
@@ -121,7 +153,7 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
                                       static_cast<const T*>(bias), static_cast<T*>(y), static_cast<A*>(mean),
                                       static_cast<A*>(rstd));
     if (n <= kWarpRowMax)
-      return with_lanes<T>(n, {x, y}, [&](auto per_lane, auto vec) {
+      return with_lanes<T>(n, {x, y, weight, bias}, [&](auto per_lane, auto vec) {
         return launch_warp_rows(
             layer_norm_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>, rows, stream,
             std::tuple_cat(args, std::make_tuple(rows, n, static_cast<A>(eps))));
@@ -144,32 +176,48 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const auto args = std::make_tuple(static_cast<const T*>(dy), static_cast<const T*>(x),
-                                      static_cast<const A*>(mean), static_cast<const A*>(rstd),
-                                      static_cast<const T*>(weight), static_cast<T*>(dx));
-    cudaError_t err =
-        n <= kWarpRowMax
-            ? with_lanes<T>(n, {x, dy, dx},
-                            [&](auto per_lane, auto vec) {
-                              return launch_warp_rows(
-                                  layer_norm_backward_input_warp_kernel<T, decltype(per_lane)::value,
-                                                                        decltype(vec)::value>,
-                                  rows, stream, std::tuple_cat(args, std::make_tuple(rows, n)));
-                            })
-            : launch_block_rows(layer_norm_backward_input_kernel<T>, 2, sizeof(A), rows, n, stream,
-                                std::tuple_cat(args, std::make_tuple(n)));
-    if (err != cudaSuccess || !dweight) return err;
-
     const ParamGradPlan plan = param_grad_plan(dtype, rows, n, sm_count);
+    const bool params = dweight != nullptr;
     auto* bytes_base = static_cast<unsigned char*>(workspace);
-    auto* partial_w = reinterpret_cast<A*>(bytes_base);
-    auto* partial_b = reinterpret_cast<A*>(bytes_base + plan.partial_bytes);
+    A* partial_w = params ? reinterpret_cast<A*>(bytes_base) : nullptr;
+    A* partial_b = params ? reinterpret_cast<A*>(bytes_base + plan.partial_bytes) : nullptr;
+    const auto* dy_t = static_cast<const T*>(dy);
+    const auto* x_t = static_cast<const T*>(x);
+    const auto* mean_a = static_cast<const A*>(mean);
+    const auto* rstd_a = static_cast<const A*>(rstd);
+    const auto* weight_t = static_cast<const T*>(weight);
+
+    cudaError_t err = cudaSuccess;
+    if (n <= kWarpRowMax) {
+      const bool fused = params && plan.fused;
+      err = with_lanes<T>(n, {x, dy, dx, weight}, [&](auto per_lane, auto vec) {
+        const auto kernel = layer_norm_backward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>;
+        if (!fused)
+          return launch_warp_rows(kernel, rows, stream,
+                                  std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx),
+                                                  static_cast<A*>(nullptr), static_cast<A*>(nullptr), rows, n));
+        if (plan.shared_bytes > 48 * 1024) {
+          const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       int(plan.shared_bytes));
+          if (set != cudaSuccess) return set;
+        }
+        kernel<<<plan.chunks, kWarpRowThreads, plan.shared_bytes, stream>>>(
+            dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), partial_w, partial_b, rows, n);
+        return cudaGetLastError();
+      });
+    } else {
+      err = launch_block_rows(layer_norm_backward_input_kernel<T>, 2, sizeof(A), rows, n, stream,
+                              std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), n));
+    }
+    if (err != cudaSuccess || !params) return err;
+
+    if (!plan.fused) {
+      layer_norm_backward_params_kernel<T><<<dim3(ceil_div(n, kGradTile), plan.chunks), kGradTile * kGradLanes, 0,
+                                             stream>>>(dy_t, x_t, mean_a, rstd_a, partial_w, partial_b, rows, n,
+                                                       plan.rows_per_chunk);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
     void* reduce_scratch = bytes_base + 2 * plan.partial_bytes;
-    layer_norm_backward_params_kernel<T><<<dim3(ceil_div(n, kGradTile), plan.chunks), kGradTile * kGradLanes, 0,
-                                           stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                     static_cast<const A*>(mean), static_cast<const A*>(rstd),
-                                                     partial_w, partial_b, rows, n, plan.rows_per_chunk);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const ReduceProblem sum_w{ReduceKind::Sum, acc_dtype(dtype), partial_w, 1, plan.chunks, n};
     if ((err = reduce(sum_w, dweight, reduce_scratch, sm_count, stream)) != cudaSuccess) return err;
     const ReduceProblem sum_b{ReduceKind::Sum, acc_dtype(dtype), partial_b, 1, plan.chunks, n};

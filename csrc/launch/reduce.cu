@@ -7,12 +7,12 @@
 #include <algorithm>
 
 #include "../kernels/reduce_kernels.cuh"
+#include "launch.h"
 #include "reduce.h"
 
 namespace fastreduce {
 namespace {
 
-constexpr int kAllThreads = 512;
 constexpr int kFinishThreads = 256;   // pass 2 folds at most 4 * SMs partials
 constexpr int kRowThreads = 512;
 constexpr int kRowBlocksPerSm = 4;
@@ -81,14 +81,14 @@ Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, int full_
 }
 
 template <typename Op, typename In, typename Out, bool kFinal>
-void launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t splits, const In* x, Out* out,
-                 typename Op::acc_t scale, cudaStream_t stream) {
+cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t splits, const In* x, Out* out,
+                        typename Op::acc_t scale, After after, cudaStream_t stream) {
   const int64_t segments = rows * splits;
   auto run = [&](auto team) {
     constexpr int kTeam = decltype(team)::value;
     const int64_t grid = kTeam == 0 ? segments : ceil_div(segments, kRowThreads / kTeam);
-    reduce_rows_kernel<Op, In, Out, kFinal, kTeam>
-        <<<grid, kRowThreads, 0, stream>>>(x, rows, row_len, splits, plan.chunk, out, scale);
+    return launch_kernel(reduce_rows_kernel<Op, In, Out, kFinal, kTeam>, grid, kRowThreads, 0, stream, after, x,
+                         rows, row_len, splits, plan.chunk, out, scale);
   };
   switch (plan.team) {
     case 4: return run(std::integral_constant<int, 4>{});
@@ -112,48 +112,46 @@ cudaError_t launch(const ReduceProblem& p, void* output, void* workspace, int sm
   const Plan plan = make_plan(p, sizeof(In), sm_count, full_blocks_per_sm<Op, In>());
   const bool two_pass = plan.segments > 1;
 
+  cudaError_t err = cudaSuccess;
   switch (plan.layout) {
     case Plan::Layout::All:
-      if (!two_pass) {
-        reduce_all_kernel<Op, In, Out, true><<<1, kAllThreads, 0, stream>>>(x, p.len, out, scale);
-      } else {
-        reduce_all_kernel<Op, In, Acc, false>
-            <<<plan.segments, kAllThreads, 0, stream>>>(x, p.len, partials, scale);
-        reduce_all_kernel<Op, Acc, Out, true>
-            <<<1, kFinishThreads, 0, stream>>>(partials, plan.segments, out, scale);
-      }
-      break;
-    case Plan::Layout::Rows:
-      if (!two_pass) {
-        launch_rows<Op, In, Out, true>(plan, p.outer, p.len, 1, x, out, scale, stream);
-      } else {
-        launch_rows<Op, In, Acc, false>(plan, p.outer, p.len, plan.segments, x, partials, scale, stream);
-        const Plan finish{Plan::Layout::Rows, 1, plan.segments, 32, 1};
-        launch_rows<Op, Acc, Out, true>(finish, p.outer, plan.segments, 1, partials, out, scale, stream);
-      }
-      break;
+      if (!two_pass)
+        return launch_kernel(reduce_all_kernel<Op, In, Out, true>, 1, kAllThreads, 0, stream, After::Stream, x, p.len,
+                             out, scale);
+      err = launch_kernel(reduce_all_kernel<Op, In, Acc, false>, plan.segments, kAllThreads, 0, stream,
+                          After::Stream, x, p.len, partials, scale);
+      if (err != cudaSuccess) return err;
+      return launch_kernel(reduce_all_kernel<Op, Acc, Out, true>, 1, kFinishThreads, 0, stream, After::Producer,
+                           partials, plan.segments, out, scale);
+    case Plan::Layout::Rows: {
+      if (!two_pass)
+        return launch_rows<Op, In, Out, true>(plan, p.outer, p.len, 1, x, out, scale, After::Stream, stream);
+      err = launch_rows<Op, In, Acc, false>(plan, p.outer, p.len, plan.segments, x, partials, scale, After::Stream,
+                                            stream);
+      if (err != cudaSuccess) return err;
+      const Plan finish{Plan::Layout::Rows, 1, plan.segments, 32, 1};
+      return launch_rows<Op, Acc, Out, true>(finish, p.outer, plan.segments, 1, partials, out, scale,
+                                             After::Producer, stream);
+    }
     case Plan::Layout::Columns: {
       auto first_pass = [&](auto columns_per_thread) {
         constexpr int kVec = decltype(columns_per_thread)::value;
         const dim3 grid(ceil_div(p.inner, kColumnTile * kVec) * p.outer, plan.segments);
         if (two_pass)
-          reduce_columns_kernel<Op, In, Acc, false, kVec><<<grid, kColumnThreads, 0, stream>>>(
-              x, p.len, p.inner, plan.segments, plan.chunk, partials, scale);
-        else
-          reduce_columns_kernel<Op, In, Out, true, kVec>
-              <<<grid, kColumnThreads, 0, stream>>>(x, p.len, p.inner, 1, plan.chunk, out, scale);
+          return launch_kernel(reduce_columns_kernel<Op, In, Acc, false, kVec>, grid, kColumnThreads, 0, stream,
+                               After::Stream, x, p.len, p.inner, plan.segments, plan.chunk, partials, scale);
+        return launch_kernel(reduce_columns_kernel<Op, In, Out, true, kVec>, grid, kColumnThreads, 0, stream,
+                             After::Stream, x, p.len, p.inner, int64_t(1), plan.chunk, out, scale);
       };
-      if (plan.vec > 1) first_pass(std::integral_constant<int, Vec16<In>::kSize>{});
-      else first_pass(std::integral_constant<int, 1>{});
-      if (two_pass) {
-        const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
-        reduce_columns_kernel<Op, Acc, Out, true, 1><<<finish_grid, kColumnThreads, 0, stream>>>(
-            partials, plan.segments, p.inner, 1, plan.segments, out, scale);
-      }
-      break;
+      err = plan.vec > 1 ? first_pass(std::integral_constant<int, Vec16<In>::kSize>{})
+                         : first_pass(std::integral_constant<int, 1>{});
+      if (err != cudaSuccess || !two_pass) return err;
+      const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
+      return launch_kernel(reduce_columns_kernel<Op, Acc, Out, true, 1>, finish_grid, kColumnThreads, 0, stream,
+                           After::Producer, partials, plan.segments, p.inner, int64_t(1), plan.segments, out, scale);
     }
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 template <typename F>
