@@ -1,31 +1,41 @@
 #!/usr/bin/env bash
-# On the GPU machine: build, run the whole test suite, run the benchmarks, and
-# leave logs and results under $OUT (at most 8 files come back).
-#   bash scripts/gpu_check.sh [bench ...]    default: every benchmark
+# On the GPU machine: build, run the whole test suite, the GPT-2 example, the
+# kernel micro-benchmark and the benchmarks, and leave logs and results under
+# $OUT (at most 8 files come back).
+#   bash scripts/gpu_check.sh [step ...]
+# Steps, in this order: build tests gpt2 micro reduce ladder norms; default: all.
+# The README and results.tgz are refreshed after any benchmark step.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-benches=${*:-reduce ladder norms}
+steps=" ${*:-build tests gpt2 micro reduce ladder norms} "
+want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } 2>&1 | tee "$OUT/env.txt"
 
-start=$(date +%s)
-if ! MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
-    python3 -m pip install --no-build-isolation --no-deps -e . >/tmp/build.log 2>&1; then
-  grep -E "error|Error" /tmp/build.log | head -40
-  exit 1
+if want build; then
+  start=$(date +%s)
+  if ! MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
+      python3 -m pip install --no-build-isolation --no-deps -e . >/tmp/build.log 2>&1; then
+    grep -E "error|Error" /tmp/build.log | head -40
+    exit 1
+  fi
+  echo "build: $(( $(date +%s) - start )) s"
 fi
-echo "build: $(( $(date +%s) - start )) s"
+want tests && python3 -m pytest -q -ra tests -p no:cacheprovider 2>&1 | tail -n 60 | tee "$OUT/tests.log"
+want gpt2 && python3 examples/gpt2.py 2>&1 | tee "$OUT/gpt2.txt"
+want micro && bash bench/micro/run.sh 2>&1 | tee "$OUT/micro.md"
 
-python3 -m pytest -q -ra tests -p no:cacheprovider 2>&1 | tail -n 60 | tee "$OUT/tests.log"
-
-python3 examples/gpt2.py 2>&1 | tee "$OUT/gpt2.txt"
-
-for bench in $benches; do
+benched=0
+for bench in reduce ladder norms; do
+  want "$bench" || continue
+  benched=1
   python3 "bench/$bench.py" 2>"/tmp/bench_$bench.err" | tee "$OUT/bench_$bench.md" || tail -20 "/tmp/bench_$bench.err"
 done
-python3 scripts/update_readme.py
-tar czf "$OUT/results.tgz" bench/results README.md
+if [[ $benched == 1 ]]; then
+  python3 scripts/update_readme.py
+  tar czf "$OUT/results.tgz" bench/results README.md
+fi

@@ -1,8 +1,11 @@
 // layer_norm and softmax (plain and GPT-2 causal), forward and backward, on
-// the project's block reduce. One block per row: the row is read from global
-// memory once, with 16-byte loads where it is aligned, into shared memory
-// (as the accumulator type), and every later pass reads it there. Rows too
-// long for shared memory stream from global memory on each pass instead.
+// the project's warp and block reduce. Three shapes of kernel:
+// - long rows: one block per row, the row read from global memory once, with
+//   16-byte loads where it is aligned, into shared memory (as the accumulator
+//   type), and every later pass reads it there; rows too long for shared
+//   memory stream from global memory on each pass instead;
+// - short rows, backward: one warp per row, the rows in registers;
+// - short rows, forward: one warp per row, the row staged in shared memory.
 #pragma once
 
 #include "block_reduce.cuh"
@@ -193,8 +196,8 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
-// ---- Rows of at most 32 * kPerLane elements: one warp per row, the row in
-// registers, shuffles only: no shared memory, no block barrier. Lane l holds
+// ---- Backward kernels for rows of at most 32 * kPerLane elements: one warp
+// per row, the rows in registers, shuffles only. Lane l holds
 // packs l, l + 32, ... of kVec adjacent elements, loaded and stored as one
 // 16-byte vector where the row allows it (kVec = 1 otherwise), so a warp
 // moves 512 contiguous bytes per instruction with kPerLane / kVec in flight.
@@ -261,37 +264,6 @@ __device__ __forceinline__ A lane_sum(const A (&v)[kPerLane]) {
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) sum += v[k];
   return warp_allreduce<SumOp<A>>(sum);
-}
-
-template <typename T, int kPerLane, int kVec>
-__global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T* __restrict__ weight,
-                                               const T* __restrict__ bias, T* __restrict__ y,
-                                               opmath_t<T>* __restrict__ mean_out,
-                                               opmath_t<T>* __restrict__ rstd_out, int64_t rows, int64_t n,
-                                               opmath_t<T> eps) {
-  using A = opmath_t<T>;
-  const int64_t row = warp_row(rows);
-  if (row < 0) return;
-  A v[kPerLane];
-  load_lanes<kVec>(x + row * n, n, A(0), v, [](A a) { return a; });
-  const A mean = lane_sum(v) / static_cast<A>(n);
-  A squares = 0;
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    v[k] = lane_index<kVec>(k) < n ? v[k] - mean : A(0);
-    squares += v[k] * v[k];
-  }
-  const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) v[k] *= rstd;
-  // The parameters go through the same packs as the row (L1 hits after the first warp).
-  if (weight) fold_lanes<kVec>(weight, n, A(0), v, [](A a, A w) { return a * w; });
-  if (bias) fold_lanes<kVec>(bias, n, A(0), v, [](A a, A b) { return a + b; });
-  store_lanes<kVec, kPerLane>(y + row * n, n, [&](int k, int64_t) { return v[k]; });
-  if (threadIdx.x % kWarpSize == 0) {
-    mean_out[row] = mean;
-    rstd_out[row] = rstd;
-  }
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight, one
@@ -362,26 +334,6 @@ __global__ void layer_norm_backward_warp_kernel(const T* __restrict__ dy, const 
 }
 
 template <typename T, int kPerLane, int kVec>
-__global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n,
-                                            int64_t causal, opmath_t<T> scale) {
-  using A = opmath_t<T>;
-  const int64_t row = warp_row(rows);
-  if (row < 0) return;
-  const int64_t valid = causal ? row % causal + 1 : n;
-  const A scale2 = scale * static_cast<A>(kLog2e);
-  A v[kPerLane];
-  load_lanes<kVec>(x + row * n, valid, MaxOp<A>::identity(), v, [&](A a) { return scale2 * a; });
-  A top = MaxOp<A>::identity();
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) top = MaxOp<A>::combine(top, v[k]);
-  top = warp_allreduce<MaxOp<A>>(top);
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) v[k] = lane_index<kVec>(k) < valid ? exp2_acc(v[k] - top) : A(0);
-  const A inv = A(1) / lane_sum(v);
-  store_lanes<kVec, kPerLane>(y + row * n, n, [&](int k, int64_t) { return v[k] * inv; });
-}
-
-template <typename T, int kPerLane, int kVec>
 __global__ void softmax_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
                                              int64_t rows, int64_t n, int64_t causal, opmath_t<T> scale) {
   using A = opmath_t<T>;
@@ -395,6 +347,137 @@ __global__ void softmax_backward_warp_kernel(const T* __restrict__ dy, const T* 
   for (int k = 0; k < kPerLane; ++k) products[k] = ys[k] * gs[k];
   const A dot = lane_sum(products);
   store_lanes<kVec, kPerLane>(dx + row * n, n, [&](int k, int64_t) { return scale * ys[k] * (gs[k] - dot); });
+}
+
+// ---- Forward kernels for short rows: one warp per row, the row staged in the warp's slice of shared memory with cp.async. No
+// registers are held while the loads are in flight, so occupancy is set by
+// shared memory (48-64 warps per SM) instead of by a row in registers (16-24):
+// three times the bytes in flight, which is what short rows are bound by.
+// Loops go over groups of kVec elements: 16-byte packs when every row of
+// every buffer is 16-byte aligned and n a multiple of the pack, else 1.
+
+__device__ __forceinline__ void copy16_async(void* shared, const void* global) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+#else
+  *static_cast<uint4*>(shared) = *static_cast<const uint4*>(global);
+#endif
+}
+
+__device__ __forceinline__ void wait_async_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// The calling warp's slice of dynamic shared memory, `stride` bytes per warp.
+template <typename T>
+__device__ __forceinline__ T* warp_stage(size_t stride) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  return reinterpret_cast<T*>(shared_bytes + threadIdx.x / kWarpSize * stride);
+}
+
+// Copies row[0, count) into the warp's `stage` and returns once every lane's
+// copies have landed: whole packs asynchronously, the rest element-wise.
+template <int kVec, typename T>
+__device__ __forceinline__ void stage_warp_row(T* stage, const T* row, int64_t count) {
+  const int lane = threadIdx.x % kWarpSize;
+  int64_t done = 0;
+  if constexpr (kVec > 1) {
+    done = count / kVec * kVec;
+    for (int64_t i = lane * kVec; i < done; i += kWarpSize * kVec) copy16_async(stage + i, row + i);
+  }
+  for (int64_t i = done + lane; i < count; i += kWarpSize) stage[i] = row[i];
+  wait_async_copies();
+  __syncwarp();
+}
+
+// f(i, stage[i]) for the lane's elements i < count.
+template <int kVec, typename A, typename T, typename F>
+__device__ __forceinline__ void for_each_staged(const T* stage, int64_t count, F&& f) {
+  for (int64_t first = (threadIdx.x % kWarpSize) * kVec; first < count; first += kWarpSize * kVec) {
+    const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(stage + first);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      if (first + j < count) f(first + j, static_cast<A>(pack.elem[j]));
+  }
+}
+
+// out[i .. i + kVec) = f(i, v) for the lane's groups of [0, n), where v holds
+// stage[i .. i + kVec) and f rewrites it in place. Stores are kVec wide.
+template <int kVec, typename A, typename T, typename F>
+__device__ __forceinline__ void map_staged(const T* stage, T* out, int64_t n, F&& f) {
+  for (int64_t first = (threadIdx.x % kWarpSize) * kVec; first < n; first += kWarpSize * kVec) {
+    const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(stage + first);
+    A v[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = static_cast<A>(pack.elem[j]);
+    f(first, v);
+    VecN<T, kVec> result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(v[j]);
+    *reinterpret_cast<VecN<T, kVec>*>(out + first) = result;
+  }
+}
+
+// v[j] = op(v[j], params[first + j]) for a group, read as one kVec-wide load.
+template <int kVec, typename A, typename T, typename Op>
+__device__ __forceinline__ void apply_params(const T* params, int64_t first, A (&v)[kVec], Op op) {
+  const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(params + first);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) v[j] = op(v[j], static_cast<A>(pack.elem[j]));
+}
+
+template <typename T, int kVec>
+__global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                               const T* __restrict__ bias, T* __restrict__ y,
+                                               opmath_t<T>* __restrict__ mean_out,
+                                               opmath_t<T>* __restrict__ rstd_out, int64_t rows, int64_t n,
+                                               opmath_t<T> eps, size_t stride) {
+  using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  T* const stage = warp_stage<T>(stride);
+  stage_warp_row<kVec>(stage, x + row * n, n);
+  A sum = 0;
+  for_each_staged<kVec, A>(stage, n, [&](int64_t, A v) { sum += v; });
+  const A mean = warp_allreduce<SumOp<A>>(sum) / static_cast<A>(n);
+  A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
+  for_each_staged<kVec, A>(stage, n, [&](int64_t, A v) { squares += (v - mean) * (v - mean); });
+  const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
+  map_staged<kVec, A>(stage, y + row * n, n, [&](int64_t first, A(&v)[kVec]) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mean) * rstd;
+    if (weight) apply_params(weight, first, v, [](A a, A w) { return a * w; });
+    if (bias) apply_params(bias, first, v, [](A a, A b) { return a + b; });
+  });
+  if (threadIdx.x % kWarpSize == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+template <typename T, int kVec>
+__global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n,
+                                            int64_t causal, opmath_t<T> scale, size_t stride) {
+  using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  const int64_t valid = causal ? row % causal + 1 : n;
+  T* const stage = warp_stage<T>(stride);
+  stage_warp_row<kVec>(stage, x + row * n, valid);
+  const A scale2 = scale * static_cast<A>(kLog2e);
+  A top = MaxOp<A>::identity();
+  for_each_staged<kVec, A>(stage, valid, [&](int64_t, A v) { top = MaxOp<A>::combine(top, scale2 * v); });
+  top = warp_allreduce<MaxOp<A>>(top);
+  A sum = 0;
+  for_each_staged<kVec, A>(stage, valid, [&](int64_t, A v) { sum += exp2_acc(scale2 * v - top); });
+  const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
+  map_staged<kVec, A>(stage, y + row * n, n, [&](int64_t first, A(&v)[kVec]) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
+  });
 }
 
 }  // namespace fastreduce

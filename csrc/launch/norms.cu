@@ -62,16 +62,29 @@ cudaError_t with_count(int64_t n, std::integer_sequence<int, kCounts...>, F&& f)
   return result;
 }
 
-// Calls f(kPerLane, kVec) as integral constants. kVec: 16-byte packs when
-// every row of n elements of every buffer starts 16-byte aligned, else 1.
-// kPerLane: packed, the fewest of 1, 2, 3, 4, 6, 8, ... packs per lane that
-// cover n (768 floats: 6 packs, no idle registers); unpacked, a power of two.
+// Whether every row of n elements of every buffer starts 16-byte aligned and
+// n is a whole number of 16-byte packs (null buffers do not count).
+template <typename T>
+bool packable(int64_t n, std::initializer_list<const void*> buffers) {
+  bool packed = n % Vec16<T>::kSize == 0;
+  for (const void* buffer : buffers) packed = packed && reinterpret_cast<uintptr_t>(buffer) % 16 == 0;
+  return packed;
+}
+
+// Calls f(kVec) as an integral constant: the 16-byte pack when packable, else 1.
+template <typename T, typename F>
+cudaError_t with_vec(int64_t n, std::initializer_list<const void*> buffers, F&& f) {
+  if (packable<T>(n, buffers)) return f(std::integral_constant<int, Vec16<T>::kSize>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+// Calls f(kPerLane, kVec) as integral constants, kVec as with_vec. kPerLane:
+// packed, the fewest of 1, 2, 3, 4, 6, 8, ... packs per lane that cover n
+// (768 floats: 6 packs, no idle registers); unpacked, a power of two.
 template <typename T, typename F>
 cudaError_t with_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f) {
-  constexpr int kPack = Vec16<T>::kSize;
-  bool packed = n % kPack == 0;
-  for (const void* buffer : buffers) packed = packed && reinterpret_cast<uintptr_t>(buffer) % 16 == 0;
-  if (packed) return with_count<kPack>(n, std::integer_sequence<int, 1, 2, 3, 4, 6, 8, 12, 16>{}, f);
+  if (packable<T>(n, buffers))
+    return with_count<Vec16<T>::kSize>(n, std::integer_sequence<int, 1, 2, 3, 4, 6, 8, 12, 16>{}, f);
   return with_count<1>(n, std::integer_sequence<int, 1, 2, 4, 8, 16, 32>{}, f);
 }
 
@@ -82,6 +95,22 @@ constexpr int kWarpRowThreads = kWarpRowsPerBlock * kWarpSize;
 template <typename Kernel, typename Args>
 cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, const Args& args) {
   std::apply([&](auto... a) { kernel<<<warp_row_blocks(rows), kWarpRowThreads, 0, stream>>>(a...); }, args);
+  return cudaGetLastError();
+}
+
+// One warp per row with the row staged in shared memory: each warp gets a
+// 16-byte aligned slice of n elements, whose stride is the kernel's last argument.
+template <typename Kernel, typename Args>
+cudaError_t launch_staged_rows(Kernel kernel, int64_t rows, int64_t n, size_t elem_size, cudaStream_t stream,
+                               const Args& args) {
+  const size_t stride = (n * elem_size + 15) / 16 * 16;
+  const size_t bytes = kWarpRowsPerBlock * stride;
+  if (bytes > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (err != cudaSuccess) return err;
+  }
+  std::apply([&](auto... a) { kernel<<<warp_row_blocks(rows), kWarpRowThreads, bytes, stream>>>(a..., stride); },
+             args);
   return cudaGetLastError();
 }
 
@@ -153,10 +182,9 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
                                       static_cast<const T*>(bias), static_cast<T*>(y), static_cast<A*>(mean),
                                       static_cast<A*>(rstd));
     if (n <= kWarpRowMax)
-      return with_lanes<T>(n, {x, y, weight, bias}, [&](auto per_lane, auto vec) {
-        return launch_warp_rows(
-            layer_norm_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>, rows, stream,
-            std::tuple_cat(args, std::make_tuple(rows, n, static_cast<A>(eps))));
+      return with_vec<T>(n, {x, y, weight, bias}, [&](auto vec) {
+        return launch_staged_rows(layer_norm_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T),
+                                  stream, std::tuple_cat(args, std::make_tuple(rows, n, static_cast<A>(eps))));
       });
     return launch_block_rows(layer_norm_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
                              std::tuple_cat(args, std::make_tuple(n, static_cast<A>(eps))));
@@ -234,9 +262,9 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
     const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<T*>(y));
     const auto shape = std::make_tuple(n, causal, static_cast<A>(scale));
     if (n <= kWarpRowMax)
-      return with_lanes<T>(n, {x, y}, [&](auto per_lane, auto vec) {
-        return launch_warp_rows(softmax_forward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>,
-                                rows, stream, std::tuple_cat(args, std::make_tuple(rows), shape));
+      return with_vec<T>(n, {x, y}, [&](auto vec) {
+        return launch_staged_rows(softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
+                                  std::tuple_cat(args, std::make_tuple(rows), shape));
       });
     return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream, std::tuple_cat(args, shape));
   });
