@@ -18,8 +18,16 @@ using opmath_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 // Softmax works in base 2: inputs are multiplied by scale * log2(e) once, so
 // each element costs one exp2 (a single MUFU.EX2 for float) after the max.
 constexpr double kLog2e = 1.4426950408889634;
-__device__ __forceinline__ float exp2_acc(float v) { return exp2f(v); }
+// Float: one MUFU.EX2; results below 2^-126 flush to 0, which a softmax
+// term that small is anyway next to the row's largest (2^0).
+__device__ __forceinline__ float exp2_acc(float v) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(v));
+  return result;
+}
 __device__ __forceinline__ double exp2_acc(double v) { return exp2(v); }
+__device__ __forceinline__ float max_acc(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double max_acc(double a, double b) { return fmax(a, b); }
 __device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
 
@@ -381,34 +389,39 @@ __device__ __forceinline__ T* warp_stage(size_t stride) {
 // Copies row[0, count) into the warp's `stage` and returns once every lane's
 // copies have landed: whole packs asynchronously, the rest element-wise.
 template <int kVec, typename T>
-__device__ __forceinline__ void stage_warp_row(T* stage, const T* row, int64_t count) {
+__device__ __forceinline__ void stage_warp_row(T* stage, const T* row, int count) {
   const int lane = threadIdx.x % kWarpSize;
-  int64_t done = 0;
+  int done = 0;
   if constexpr (kVec > 1) {
     done = count / kVec * kVec;
-    for (int64_t i = lane * kVec; i < done; i += kWarpSize * kVec) copy16_async(stage + i, row + i);
+    for (int i = lane * kVec; i < done; i += kWarpSize * kVec) copy16_async(stage + i, row + i);
   }
-  for (int64_t i = done + lane; i < count; i += kWarpSize) stage[i] = row[i];
+  for (int i = done + lane; i < count; i += kWarpSize) stage[i] = row[i];
   wait_async_copies();
   __syncwarp();
 }
 
-// f(i, stage[i]) for the lane's elements i < count.
+// f(stage[i]) for the lane's elements i < count (count <= the row length):
+// whole groups without per-element checks, then the one partial group of a
+// causal row. Offsets within a row are int: short rows only.
 template <int kVec, typename A, typename T, typename F>
-__device__ __forceinline__ void for_each_staged(const T* stage, int64_t count, F&& f) {
-  for (int64_t first = (threadIdx.x % kWarpSize) * kVec; first < count; first += kWarpSize * kVec) {
-    const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(stage + first);
+__device__ __forceinline__ void for_each_staged(const T* stage, int count, F&& f) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int groups = count / kVec;
+  for (int g = lane; g < groups; g += kWarpSize) {
+    const VecN<T, kVec> pack = reinterpret_cast<const VecN<T, kVec>*>(stage)[g];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j)
-      if (first + j < count) f(first + j, static_cast<A>(pack.elem[j]));
+    for (int j = 0; j < kVec; ++j) f(static_cast<A>(pack.elem[j]));
   }
+  if (lane == groups % kWarpSize)
+    for (int i = groups * kVec; i < count; ++i) f(static_cast<A>(stage[i]));
 }
 
 // out[i .. i + kVec) = f(i, v) for the lane's groups of [0, n), where v holds
 // stage[i .. i + kVec) and f rewrites it in place. Stores are kVec wide.
 template <int kVec, typename A, typename T, typename F>
-__device__ __forceinline__ void map_staged(const T* stage, T* out, int64_t n, F&& f) {
-  for (int64_t first = (threadIdx.x % kWarpSize) * kVec; first < n; first += kWarpSize * kVec) {
+__device__ __forceinline__ void map_staged(const T* stage, T* out, int n, F&& f) {
+  for (int first = (threadIdx.x % kWarpSize) * kVec; first < n; first += kWarpSize * kVec) {
     const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(stage + first);
     A v[kVec];
 #pragma unroll
@@ -433,7 +446,7 @@ template <typename T, int kVec>
 __global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                                const T* __restrict__ bias, T* __restrict__ y,
                                                opmath_t<T>* __restrict__ mean_out,
-                                               opmath_t<T>* __restrict__ rstd_out, int64_t rows, int64_t n,
+                                               opmath_t<T>* __restrict__ rstd_out, int64_t rows, int n,
                                                opmath_t<T> eps, size_t stride) {
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
@@ -441,12 +454,12 @@ __global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T*
   T* const stage = warp_stage<T>(stride);
   stage_warp_row<kVec>(stage, x + row * n, n);
   A sum = 0;
-  for_each_staged<kVec, A>(stage, n, [&](int64_t, A v) { sum += v; });
+  for_each_staged<kVec, A>(stage, n, [&](A v) { sum += v; });
   const A mean = warp_allreduce<SumOp<A>>(sum) / static_cast<A>(n);
   A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
-  for_each_staged<kVec, A>(stage, n, [&](int64_t, A v) { squares += (v - mean) * (v - mean); });
+  for_each_staged<kVec, A>(stage, n, [&](A v) { squares += (v - mean) * (v - mean); });
   const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
-  map_staged<kVec, A>(stage, y + row * n, n, [&](int64_t first, A(&v)[kVec]) {
+  map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mean) * rstd;
     if (weight) apply_params(weight, first, v, [](A a, A w) { return a * w; });
@@ -458,25 +471,34 @@ __global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T*
   }
 }
 
+// NaN needs no special care: it makes the sum, and so the whole row, NaN, as in torch.
 template <typename T, int kVec>
-__global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n,
+__global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n,
                                             int64_t causal, opmath_t<T> scale, size_t stride) {
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  const int64_t valid = causal ? row % causal + 1 : n;
+  const int valid = causal ? static_cast<int>(row % causal) + 1 : n;
   T* const stage = warp_stage<T>(stride);
   stage_warp_row<kVec>(stage, x + row * n, valid);
   const A scale2 = scale * static_cast<A>(kLog2e);
-  A top = MaxOp<A>::identity();
-  for_each_staged<kVec, A>(stage, valid, [&](int64_t, A v) { top = MaxOp<A>::combine(top, scale2 * v); });
+  A top = -std::numeric_limits<A>::infinity();
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, scale2 * v); });
   top = warp_allreduce<MaxOp<A>>(top);
   A sum = 0;
-  for_each_staged<kVec, A>(stage, valid, [&](int64_t, A v) { sum += exp2_acc(scale2 * v - top); });
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(scale2 * v - top); });
   const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
-  map_staged<kVec, A>(stage, y + row * n, n, [&](int64_t first, A(&v)[kVec]) {
+  map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
+    if (first + kVec <= valid) {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
+      for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(scale2 * v[j] - top) * inv;
+    } else if (first >= valid) {  // above the diagonal
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = A(0);
+    } else {  // the diagonal's group
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
+    }
   });
 }
 

@@ -184,7 +184,7 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
     if (n <= kWarpRowMax)
       return with_vec<T>(n, {x, y, weight, bias}, [&](auto vec) {
         return launch_staged_rows(layer_norm_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T),
-                                  stream, std::tuple_cat(args, std::make_tuple(rows, n, static_cast<A>(eps))));
+                                  stream, std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(eps))));
       });
     return launch_block_rows(layer_norm_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
                              std::tuple_cat(args, std::make_tuple(n, static_cast<A>(eps))));
@@ -263,8 +263,9 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
     const auto shape = std::make_tuple(n, causal, static_cast<A>(scale));
     if (n <= kWarpRowMax)
       return with_vec<T>(n, {x, y}, [&](auto vec) {
-        return launch_staged_rows(softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
-                                  std::tuple_cat(args, std::make_tuple(rows), shape));
+        return launch_staged_rows(
+            softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
+            std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale))));
       });
     return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream, std::tuple_cat(args, shape));
   });
