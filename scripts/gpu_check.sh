@@ -16,6 +16,8 @@ want() { [[ $steps == *" $1 "* ]]; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } 2>&1 | tee "$OUT/env.txt"
 
+# A warm machine keeps the last build; a fresh one needs it whatever was asked.
+python3 -c "import fastreduce_torch" 2>/dev/null || steps+="build "
 if want build; then
   start=$(date +%s)
   if ! MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
