@@ -235,3 +235,20 @@ def test_unaligned_rows_and_gradients(device, dtype):
     ours = torch.autograd.grad(fr.layer_norm(y, 96), y, g)[0]
     theirs = torch.autograd.grad(F.layer_norm(y, [96]), y, g)[0]
     torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", LOW)
+def test_more_rows_than_one_wave(dtype):
+    # Tens of thousands of short rows: every warp of the staged forward kernels
+    # walks several rows through its two shared-memory slots.
+    x = (torch.randn(40000, 96, device="cuda") * 3 + 1).to(dtype)
+    w = torch.randn(96, device="cuda").to(dtype)
+    b = torch.randn(96, device="cuda").to(dtype)
+    reference = F.layer_norm(x.double(), [96], w.double(), b.double())
+    error_vs_reference(fr.layer_norm(x, 96, w, b), F.layer_norm(x, [96], w, b), reference)
+    error_vs_reference(fr.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1))
+    scores = (torch.randn(4, 40, 80, 80, device="cuda") * 4).to(dtype)  # 12800 rows of 1 to 80 entries
+    error_vs_reference(fr.causal_softmax(scores, 0.3), causal_reference(scores, 0.3),
+                       causal_reference(scores.double(), 0.3))
