@@ -108,15 +108,9 @@ int main() {
     fill_random<<<8, 256>>>(b, n, 4);
     const int64_t blocks = (rows + 7) / 8;
     auto forward = layer_norm_forward_warp_kernel<float, 4>;
-    const size_t staged = 2 * 8 * n * 4;
-    CHECK(cudaFuncSetAttribute(forward, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged)));
-    int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, forward, 256, staged));
-    const int64_t forward_blocks = std::min<int64_t>(blocks, 132 * per_sm);
-    float us = bench.median_us([&] {
-      forward<<<forward_blocks, 256, staged>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f, size_t(n * 4));
-    });
-    report("layer_norm fwd f32 8192x768", forward, 256, staged, us, 2.0 * rows * n * 4);
+    float us = bench.median_us(
+        [&] { forward<<<blocks, 256, 8 * n * 4>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f, size_t(n * 4)); });
+    report("layer_norm fwd f32 8192x768", forward, 256, 8 * n * 4, us, 2.0 * rows * n * 4);
     us = bench.median_us([&] {
       copy_all<<<132 * 4, 512>>>(reinterpret_cast<float4*>(x), reinterpret_cast<float4*>(y), rows * n / 4);
     });
@@ -142,12 +136,8 @@ int main() {
     CHECK(cudaMalloc(&y, rows * n * 2));
     fill_random<<<1024, 256>>>(x, rows * n, 5);
     auto softmax = softmax_forward_warp_kernel<__nv_bfloat16, 8>;
-    const size_t staged = 2 * 8 * n * 2;
-    int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, softmax, 256, staged));
-    float us = bench.median_us(
-        [&] { softmax<<<132 * per_sm, 256, staged>>>(x, y, rows, int(n), 0, 1.0f, size_t(n * 2)); });
-    report("softmax bf16 98304x1024", softmax, 256, staged, us, 2.0 * rows * n * 2);
+    float us = bench.median_us([&] { softmax<<<rows / 8, 256, 8 * n * 2>>>(x, y, rows, int(n), 0, 1.0f, size_t(n * 2)); });
+    report("softmax bf16 98304x1024", softmax, 256, 8 * n * 2, us, 2.0 * rows * n * 2);
     us = bench.median_us([&] {
       copy_all<<<132 * 4, 512>>>(reinterpret_cast<float4*>(x), reinterpret_cast<float4*>(y), rows * n / 8);
     });

@@ -357,13 +357,10 @@ __global__ void softmax_backward_warp_kernel(const T* __restrict__ dy, const T* 
   store_lanes<kVec, kPerLane>(dx + row * n, n, [&](int k, int64_t) { return scale * ys[k] * (gs[k] - dot); });
 }
 
-// ---- Forward kernels for short rows: one warp per row at a time, the row
-// staged in shared memory with cp.async. No registers hold a row while its
-// loads are in flight, so the bytes in flight are set by shared memory, not
-// by registers (a row in registers allowed 16-24 warps per SM). Each warp
-// walks rows warp, warp + warps in the grid, ... through two slots: the next
-// row's copies fly while the current row is processed, and a grid of one
-// wave has no partly filled last wave.
+// ---- Forward kernels for short rows: one warp per row, the row staged in the warp's slice of shared memory with cp.async. No
+// registers are held while the loads are in flight, so occupancy is set by
+// shared memory (48-64 warps per SM) instead of by a row in registers (16-24):
+// three times the bytes in flight, which is what short rows are bound by.
 // Loops go over groups of kVec elements: 16-byte packs when every row of
 // every buffer is 16-byte aligned and n a multiple of the pack, else 1.
 
@@ -376,25 +373,23 @@ __device__ __forceinline__ void copy16_async(void* shared, const void* global) {
 #endif
 }
 
-// Closes the group of copies issued since the last commit.
-__device__ __forceinline__ void commit_async_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-// Returns once all but the newest kPending groups of this thread have landed.
-template <int kPending>
 __device__ __forceinline__ void wait_async_copies() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+  asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
 
-// Issues the copies of row[0, count) into `stage`: whole packs asynchronously,
-// the rest element-wise (already done when this returns).
+// The calling warp's slice of dynamic shared memory, `stride` bytes per warp.
+template <typename T>
+__device__ __forceinline__ T* warp_stage(size_t stride) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  return reinterpret_cast<T*>(shared_bytes + threadIdx.x / kWarpSize * stride);
+}
+
+// Copies row[0, count) into the warp's `stage` and returns once every lane's
+// copies have landed: whole packs asynchronously, the rest element-wise.
 template <int kVec, typename T>
-__device__ __forceinline__ void issue_warp_row(T* stage, const T* row, int count) {
+__device__ __forceinline__ void stage_warp_row(T* stage, const T* row, int count) {
   const int lane = threadIdx.x % kWarpSize;
   int done = 0;
   if constexpr (kVec > 1) {
@@ -402,29 +397,8 @@ __device__ __forceinline__ void issue_warp_row(T* stage, const T* row, int count
     for (int i = lane * kVec; i < done; i += kWarpSize * kVec) copy16_async(stage + i, row + i);
   }
   for (int i = done + lane; i < count; i += kWarpSize) stage[i] = row[i];
-}
-
-// Calls process(row, stage) for each of the warp's rows, `stage` holding
-// x[row, 0 .. count(row)). Each warp owns two slots of `stride` bytes of the
-// block's dynamic shared memory.
-template <int kVec, typename T, typename Count, typename Process>
-__device__ __forceinline__ void for_each_warp_row(const T* x, int64_t rows, int n, size_t stride, Count&& count,
-                                                  Process&& process) {
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  unsigned char* const slots = shared_bytes + threadIdx.x / kWarpSize * 2 * stride;
-  auto slot = [&](int k) { return reinterpret_cast<T*>(slots + k * stride); };
-  const int64_t step = int64_t(gridDim.x) * kWarpRowsPerBlock;
-  int64_t row = blockIdx.x * int64_t(kWarpRowsPerBlock) + threadIdx.x / kWarpSize;
-  if (row < rows) issue_warp_row<kVec>(slot(0), x + row * n, count(row));
-  commit_async_copies();
-  for (int k = 0; row < rows; row += step, k ^= 1) {
-    if (row + step < rows) issue_warp_row<kVec>(slot(k ^ 1), x + (row + step) * n, count(row + step));
-    commit_async_copies();
-    wait_async_copies<1>();  // everything but the group just issued: this row
-    __syncwarp();
-    process(row, static_cast<const T*>(slot(k)));
-    __syncwarp();  // every lane is done with slot k before the next round refills it
-  }
+  wait_async_copies();
+  __syncwarp();
 }
 
 // f(stage[i]) for the lane's elements i < count (count <= the row length):
@@ -475,25 +449,26 @@ __global__ void layer_norm_forward_warp_kernel(const T* __restrict__ x, const T*
                                                opmath_t<T>* __restrict__ rstd_out, int64_t rows, int n,
                                                opmath_t<T> eps, size_t stride) {
   using A = opmath_t<T>;
-  auto whole_row = [n](int64_t) { return n; };
-  for_each_warp_row<kVec>(x, rows, n, stride, whole_row, [&](int64_t row, const T* stage) {
-    A sum = 0;
-    for_each_staged<kVec, A>(stage, n, [&](A v) { sum += v; });
-    const A mean = warp_allreduce<SumOp<A>>(sum) / static_cast<A>(n);
-    A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
-    for_each_staged<kVec, A>(stage, n, [&](A v) { squares += (v - mean) * (v - mean); });
-    const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
-    map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  T* const stage = warp_stage<T>(stride);
+  stage_warp_row<kVec>(stage, x + row * n, n);
+  A sum = 0;
+  for_each_staged<kVec, A>(stage, n, [&](A v) { sum += v; });
+  const A mean = warp_allreduce<SumOp<A>>(sum) / static_cast<A>(n);
+  A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
+  for_each_staged<kVec, A>(stage, n, [&](A v) { squares += (v - mean) * (v - mean); });
+  const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
+  map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mean) * rstd;
-      if (weight) apply_params(weight, first, v, [](A a, A w) { return a * w; });
-      if (bias) apply_params(bias, first, v, [](A a, A b) { return a + b; });
-    });
-    if (threadIdx.x % kWarpSize == 0) {
-      mean_out[row] = mean;
-      rstd_out[row] = rstd;
-    }
+    for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mean) * rstd;
+    if (weight) apply_params(weight, first, v, [](A a, A w) { return a * w; });
+    if (bias) apply_params(bias, first, v, [](A a, A b) { return a + b; });
   });
+  if (threadIdx.x % kWarpSize == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
 }
 
 // NaN needs no special care: it makes the sum, and so the whole row, NaN, as in torch.
@@ -501,28 +476,29 @@ template <typename T, int kVec>
 __global__ void softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n,
                                             int64_t causal, opmath_t<T> scale, size_t stride) {
   using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  const int valid = causal ? static_cast<int>(row % causal) + 1 : n;
+  T* const stage = warp_stage<T>(stride);
+  stage_warp_row<kVec>(stage, x + row * n, valid);
   const A scale2 = scale * static_cast<A>(kLog2e);
-  auto valid_of = [=](int64_t row) { return causal ? static_cast<int>(row % causal) + 1 : n; };
-  for_each_warp_row<kVec>(x, rows, n, stride, valid_of, [&](int64_t row, const T* stage) {
-    const int valid = valid_of(row);
-    A top = -std::numeric_limits<A>::infinity();
-    for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, scale2 * v); });
-    top = warp_allreduce<MaxOp<A>>(top);
-    A sum = 0;
-    for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(scale2 * v - top); });
-    const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
-    map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
-      if (first + kVec <= valid) {
+  A top = -std::numeric_limits<A>::infinity();
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, scale2 * v); });
+  top = warp_allreduce<MaxOp<A>>(top);
+  A sum = 0;
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(scale2 * v - top); });
+  const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
+  map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
+    if (first + kVec <= valid) {
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(scale2 * v[j] - top) * inv;
-      } else if (first >= valid) {  // above the diagonal
+      for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(scale2 * v[j] - top) * inv;
+    } else if (first >= valid) {  // above the diagonal
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) v[j] = A(0);
-      } else {  // the diagonal's group
+      for (int j = 0; j < kVec; ++j) v[j] = A(0);
+    } else {  // the diagonal's group
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
-      }
-    });
+      for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
+    }
   });
 }
 

@@ -98,25 +98,19 @@ cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, c
   return cudaGetLastError();
 }
 
-// The staged forward kernels: each warp gets two 16-byte aligned slots of n
-// elements (the stride is the kernel's last argument) and walks rows until
-// none are left, so the grid is at most one wave of resident blocks.
+// One warp per row with the row staged in shared memory: each warp gets a
+// 16-byte aligned slice of n elements, whose stride is the kernel's last argument.
 template <typename Kernel, typename Args>
 cudaError_t launch_staged_rows(Kernel kernel, int64_t rows, int64_t n, size_t elem_size, cudaStream_t stream,
                                const Args& args) {
   const size_t stride = (n * elem_size + 15) / 16 * 16;
-  const size_t bytes = 2 * kWarpRowsPerBlock * stride;
-  cudaError_t err = cudaSuccess;
-  if (bytes > 48 * 1024 &&
-      (err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))) != cudaSuccess)
-    return err;
-  int device = 0, sm_count = 0, per_sm = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
-      (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpRowThreads, bytes)) != cudaSuccess)
-    return err;
-  const int64_t blocks = std::min(warp_row_blocks(rows), int64_t(sm_count) * std::max(per_sm, 1));
-  std::apply([&](auto... a) { kernel<<<blocks, kWarpRowThreads, bytes, stream>>>(a..., stride); }, args);
+  const size_t bytes = kWarpRowsPerBlock * stride;
+  if (bytes > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (err != cudaSuccess) return err;
+  }
+  std::apply([&](auto... a) { kernel<<<warp_row_blocks(rows), kWarpRowThreads, bytes, stream>>>(a..., stride); },
+             args);
   return cudaGetLastError();
 }
 
