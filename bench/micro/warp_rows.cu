@@ -111,6 +111,13 @@ int main() {
     float us = bench.median_us(
         [&] { forward<<<blocks, 256, 8 * n * 4>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f, size_t(n * 4)); });
     report("layer_norm fwd f32 8192x768", forward, 256, 8 * n * 4, us, 2.0 * rows * n * 4);
+    auto per_row = layer_norm_forward_kernel<float>;
+    for (int threads : {64, 128, 256}) {
+      us = bench.median_us([&] { per_row<<<rows, threads, n * 4>>>(x, w, b, y, mean, rstd, n, 1e-5f, true); });
+      char name[64];
+      std::snprintf(name, sizeof name, "layer_norm fwd f32 8192x768, block per row, %d threads", threads);
+      report(name, per_row, threads, n * 4, us, 2.0 * rows * n * 4);
+    }
     us = bench.median_us([&] {
       copy_all<<<132 * 4, 512>>>(reinterpret_cast<float4*>(x), reinterpret_cast<float4*>(y), rows * n / 4);
     });
