@@ -39,7 +39,8 @@ size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t acc_size) {
   return bytes;
 }
 
-// Rows up to this length run one warp each, in registers.
+// Rows up to this length run one warp each: staged in shared memory forward,
+// in registers backward.
 constexpr int64_t kWarpRowMax = 1024;
 
 // Calls f(kPerLane, kVec) for the first count of kCounts whose kPerLane =
