@@ -109,7 +109,7 @@ int main() {
     const int64_t blocks = (rows + 7) / 8;
     auto forward = layer_norm_forward_warp_kernel<float, 4>;
     float us = bench.median_us(
-        [&] { forward<<<blocks, 256, 8 * n * 4>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f, size_t(n * 4)); });
+        [&] { forward<<<blocks, 256, 8 * n * 4>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f); });
     report("layer_norm fwd f32 8192x768", forward, 256, 8 * n * 4, us, 2.0 * rows * n * 4);
     auto per_row = layer_norm_forward_kernel<float>;
     for (int threads : {64, 128, 256}) {
@@ -143,7 +143,7 @@ int main() {
     CHECK(cudaMalloc(&y, rows * n * 2));
     fill_random<<<1024, 256>>>(x, rows * n, 5);
     auto softmax = softmax_forward_warp_kernel<__nv_bfloat16, 8>;
-    float us = bench.median_us([&] { softmax<<<rows / 8, 256, 8 * n * 2>>>(x, y, rows, int(n), 0, 1.0f, size_t(n * 2)); });
+    float us = bench.median_us([&] { softmax<<<rows / 8, 256, 8 * n * 2>>>(x, y, rows, int(n), 0, 1.0f); });
     report("softmax bf16 98304x1024", softmax, 256, 8 * n * 2, us, 2.0 * rows * n * 2);
     us = bench.median_us([&] {
       copy_all<<<132 * 4, 512>>>(reinterpret_cast<float4*>(x), reinterpret_cast<float4*>(y), rows * n / 8);

@@ -64,12 +64,13 @@ __device__ Row<T, A> stage_row(const T* row, int64_t n, A* cache) {
   return {row, cache};
 }
 
-// Shared memory per block: `rows_cached` rows of n accumulators, 16-byte aligned slots.
-template <typename A>
-__device__ __forceinline__ A* row_cache(int slot, int64_t n) {
+// Slot `slot` of the block's dynamic shared memory, laid out as 16-byte
+// aligned slots of n elements of E (the launchers size it the same way).
+template <typename E>
+__device__ __forceinline__ E* row_cache(int slot, int64_t n) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  const int64_t stride = (n * sizeof(A) + 15) / 16 * 16;
-  return reinterpret_cast<A*>(shared_bytes + slot * stride);
+  const int64_t stride = (n * sizeof(E) + 15) / 16 * 16;
+  return reinterpret_cast<E*>(shared_bytes + slot * stride);
 }
 
 template <typename T>
@@ -380,13 +381,6 @@ __device__ __forceinline__ void wait_async_copies() {
 #endif
 }
 
-// The calling warp's slice of dynamic shared memory, `stride` bytes per warp.
-template <typename T>
-__device__ __forceinline__ T* warp_stage(size_t stride) {
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  return reinterpret_cast<T*>(shared_bytes + threadIdx.x / kWarpSize * stride);
-}
-
 // Copies row[0, count) into the warp's `stage` and returns once every lane's
 // copies have landed: whole packs asynchronously, the rest element-wise.
 template <int kVec, typename T>
@@ -453,12 +447,11 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks<T>)
     layer_norm_forward_warp_kernel(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
                                    T* __restrict__ y, opmath_t<T>* __restrict__ mean_out,
-                                   opmath_t<T>* __restrict__ rstd_out, int64_t rows, int n, opmath_t<T> eps,
-                                   size_t stride) {
+                                   opmath_t<T>* __restrict__ rstd_out, int64_t rows, int n, opmath_t<T> eps) {
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  T* const stage = warp_stage<T>(stride);
+  T* const stage = row_cache<T>(threadIdx.x / kWarpSize, n);  // the warp's slot
   stage_warp_row<kVec>(stage, x + row * n, n);
   A sum = 0;
   for_each_staged<kVec, A>(stage, n, [&](A v) { sum += v; });
@@ -482,12 +475,12 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks<T>)
     softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
-                                opmath_t<T> scale, size_t stride) {
+                                opmath_t<T> scale) {
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
   const int valid = causal ? static_cast<int>(row % causal) + 1 : n;
-  T* const stage = warp_stage<T>(stride);
+  T* const stage = row_cache<T>(threadIdx.x / kWarpSize, n);  // the warp's slot
   stage_warp_row<kVec>(stage, x + row * n, valid);
   const A scale2 = scale * static_cast<A>(kLog2e);
   A top = -std::numeric_limits<A>::infinity();

@@ -23,20 +23,24 @@ int row_threads(int64_t n) {
   return threads;
 }
 
-// Dynamic shared memory for `slots` cached rows of n accumulators, or 0 when
-// they do not fit (the kernel then streams from global memory).
+// Lets `kernel` take `bytes` of dynamic shared memory (beyond 48 KiB it must opt in).
 template <typename Kernel>
-size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t acc_size) {
-  const size_t bytes = slots * ((n * acc_size + 15) / 16 * 16);
+cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+// Dynamic shared memory for `slots` rows of n elements of elem_size bytes, in
+// the kernels' row_cache() layout, or 0 when they do not fit.
+template <typename Kernel>
+size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t elem_size) {
+  const size_t bytes = slots * ((n * elem_size + 15) / 16 * 16);
   int device = 0, limit = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
     return 0;
   if (bytes > size_t(limit) - 1024) return 0;  // leave room for the static scratch
-  if (bytes > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess)
-    return 0;
-  return bytes;
+  return allow_shared_bytes(kernel, bytes) == cudaSuccess ? bytes : 0;
 }
 
 // Rows up to this length run one warp each: staged in shared memory forward,
@@ -99,19 +103,14 @@ cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, c
   return cudaGetLastError();
 }
 
-// One warp per row with the row staged in shared memory: each warp gets a
-// 16-byte aligned slice of n elements, whose stride is the kernel's last argument.
+// One warp per row with the row staged in shared memory: a row_cache() slot
+// of n elements per warp.
 template <typename Kernel, typename Args>
 cudaError_t launch_staged_rows(Kernel kernel, int64_t rows, int64_t n, size_t elem_size, cudaStream_t stream,
                                const Args& args) {
-  const size_t stride = (n * elem_size + 15) / 16 * 16;
-  const size_t bytes = kWarpRowsPerBlock * stride;
-  if (bytes > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-    if (err != cudaSuccess) return err;
-  }
-  std::apply([&](auto... a) { kernel<<<warp_row_blocks(rows), kWarpRowThreads, bytes, stream>>>(a..., stride); },
-             args);
+  const size_t bytes = cache_bytes(kernel, kWarpRowsPerBlock, n, elem_size);
+  if (bytes == 0) return cudaErrorInvalidConfiguration;  // rows up to kWarpRowMax always fit
+  std::apply([&](auto... a) { kernel<<<warp_row_blocks(rows), kWarpRowThreads, bytes, stream>>>(a...); }, args);
   return cudaGetLastError();
 }
 
@@ -225,11 +224,7 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
           return launch_warp_rows(kernel, rows, stream,
                                   std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx),
                                                   static_cast<A*>(nullptr), static_cast<A*>(nullptr), rows, n));
-        if (plan.shared_bytes > 48 * 1024) {
-          const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       int(plan.shared_bytes));
-          if (set != cudaSuccess) return set;
-        }
+        if (const cudaError_t set = allow_shared_bytes(kernel, plan.shared_bytes); set != cudaSuccess) return set;
         kernel<<<plan.chunks, kWarpRowThreads, plan.shared_bytes, stream>>>(
             dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), partial_w, partial_b, rows, n);
         return cudaGetLastError();
