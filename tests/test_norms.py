@@ -8,7 +8,7 @@ import fastreduce_torch as fr
 from conftest import DEVICES, requires_cuda
 
 LOW = [torch.float32, torch.float16, torch.bfloat16]
-WIDTHS = [1, 31, 33, 768, 1025, 4096, 70000]
+WIDTHS = [1, 31, 33, 200, 768, 1025, 4096, 70000]
 
 
 def error_vs_reference(ours, theirs, reference):
@@ -39,10 +39,11 @@ def test_layer_norm_forward(device, dtype, n):
 @pytest.mark.parametrize("device", DEVICES)
 def test_layer_norm_shapes_and_affine_options(device):
     x = torch.randn(2, 3, 4, 5, device=device)
-    for shape in ([5], [4, 5], [3, 4, 5]):
-        for affine in (True, False):
-            w = torch.randn(shape, device=device) if affine else None
-            b = torch.randn(shape, device=device) if affine else None
+    # 40 wide: whole 16-byte packs on the GPU; 5, 20 and 60: element-wise.
+    for x, shape in ((x, [5]), (x, [4, 5]), (x, [3, 4, 5]), (torch.randn(6, 5, 8, device=device), [5, 8])):
+        for with_weight, with_bias in ((True, True), (False, False), (True, False), (False, True)):
+            w = torch.randn(shape, device=device) if with_weight else None
+            b = torch.randn(shape, device=device) if with_bias else None
             ours = torch.ops.fastreduce.layer_norm(x, shape, w, b, 1e-5)
             theirs = torch.ops.aten.native_layer_norm(x, shape, w, b, 1e-5)
             for a, t in zip(ours, theirs):
@@ -241,8 +242,7 @@ def test_unaligned_rows_and_gradients(device, dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
 def test_more_rows_than_one_wave(dtype):
-    # Tens of thousands of short rows: every warp of the staged forward kernels
-    # walks several rows through its two shared-memory slots.
+    # Tens of thousands of short rows: many more blocks than are resident at once.
     x = (torch.randn(40000, 96, device="cuda") * 3 + 1).to(dtype)
     w = torch.randn(96, device="cuda").to(dtype)
     b = torch.randn(96, device="cuda").to(dtype)

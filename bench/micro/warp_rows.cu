@@ -1,5 +1,6 @@
 // Times the warp-per-row norm kernels alone (no torch, no launch glue), L2
-// evicted by a read before each call, against a copy of the same bytes, for a
+// evicted by a read before each call, against a copy of the same bytes: the
+// float layer_norm forward in registers against staged in shared memory, for a
 // register budget given at build time (nvcc -maxrregcount), and the fused
 // layer_norm backward at 1-4 blocks per SM. Build and run on the GPU machine:
 // bash bench/micro/run.sh. NOTES.md keeps what it showed.
@@ -107,10 +108,12 @@ int main() {
     fill_random<<<8, 256>>>(w, n, 3);
     fill_random<<<8, 256>>>(b, n, 4);
     const int64_t blocks = (rows + 7) / 8;
-    auto forward = layer_norm_forward_warp_kernel<float, 4>;
-    float us = bench.median_us(
-        [&] { forward<<<blocks, 256, 8 * n * 4>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f); });
-    report("layer_norm fwd f32 8192x768", forward, 256, 8 * n * 4, us, 2.0 * rows * n * 4);
+    auto forward = layer_norm_forward_lanes_kernel<float, 6, 4>;
+    float us = bench.median_us([&] { forward<<<rows / 4, 128>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f); });
+    report("layer_norm fwd f32 8192x768, row in registers", forward, 128, 0, us, 2.0 * rows * n * 4);
+    auto staged = layer_norm_forward_warp_kernel<float, 4>;
+    us = bench.median_us([&] { staged<<<blocks, 256, 8 * n * 4>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f); });
+    report("layer_norm fwd f32 8192x768, row staged", staged, 256, 8 * n * 4, us, 2.0 * rows * n * 4);
     auto per_row = layer_norm_forward_kernel<float>;
     for (int threads : {64, 128, 256}) {
       us = bench.median_us([&] { per_row<<<rows, threads, n * 4>>>(x, w, b, y, mean, rstd, n, 1e-5f, true); });
