@@ -55,7 +55,7 @@ def test_layer_norm_shapes_and_affine_options(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1, 33, 1024, 70000])
+@pytest.mark.parametrize("n", [1, 33, 1024, 1500, 5000, 70000])
 def test_softmax(device, dtype, n):
     x = (torch.randn(5, n, device=device) * 4).to(dtype)
     reference = torch.softmax(x.double(), -1)
@@ -252,3 +252,47 @@ def test_more_rows_than_one_wave(dtype):
     scores = (torch.randn(4, 40, 80, 80, device="cuda") * 4).to(dtype)  # 12800 rows of 1 to 80 entries
     error_vs_reference(fr.causal_softmax(scores, 0.3), causal_reference(scores, 0.3),
                        causal_reference(scores.double(), 0.3))
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 8192, 12000])
+def test_long_rows(dtype, n):
+    # Rows past 1024 run one block per row with the row in registers (16-byte
+    # packs up to 8192 floats or 16384 halves, element-wise up to 2048), the
+    # shared-memory kernels beyond: 2049 and 12000 floats take those.
+    def grads(f, *inputs):
+        out = f(*inputs)
+        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
+
+    x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
+    w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
+    b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
+    g = torch.randn(6, n, device="cuda")
+    as_double = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    for ours, theirs, reference in zip(grads(lambda *a: fr.layer_norm(a[0], n, a[1], a[2]), x, w, b),
+                                       grads(lambda *a: F.layer_norm(a[0], [n], a[1], a[2]), x, w, b),
+                                       grads(lambda *a: F.layer_norm(a[0], [n], a[1], a[2]), *as_double)):
+        error_vs_reference(ours, theirs, reference)
+    for ours, theirs, reference in zip(grads(fr.softmax, x), grads(lambda t: torch.softmax(t, -1), x),
+                                       grads(lambda t: torch.softmax(t, -1), as_double[0])):
+        error_vs_reference(ours, theirs, reference)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_long_causal_rows_read_only_lower_triangle():
+    t = 1100
+    scores = torch.randn(2, t, t, device="cuda")
+    upper = torch.ones(t, t, dtype=torch.bool, device="cuda").triu(1)
+    poisoned = scores.masked_fill(upper, float("nan")).requires_grad_()
+    ours = fr.causal_softmax(poisoned, 0.5)
+    torch.testing.assert_close(ours, causal_reference(scores, 0.5))
+    assert bool((ours.triu(1) == 0).all())
+    g = torch.randn(2, t, t, device="cuda").masked_fill(upper, float("nan"))
+    dx = torch.autograd.grad(ours, poisoned, g)[0]
+    reference = scores.clone().requires_grad_()
+    expected = torch.autograd.grad(causal_reference(reference, 0.5), reference, g.nan_to_num(0.0))[0]
+    torch.testing.assert_close(dx, expected, rtol=1e-4, atol=1e-6)
+    assert bool((dx.triu(1) == 0).all())

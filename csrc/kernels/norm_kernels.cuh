@@ -1,13 +1,15 @@
 // layer_norm and softmax (plain and GPT-2 causal), forward and backward, on
 // the project's warp and block reduce. Three shapes of kernel:
-// - long rows: one block per row, the row read from global memory once, with
-//   16-byte loads where it is aligned, into shared memory (as the accumulator
-//   type), and every later pass reads it there; rows too long for shared
-//   memory stream from global memory on each pass instead;
-// - short rows, backward and float layer_norm forward: one warp per row, the
-//   rows in registers;
+// - rows in registers as the 16-byte packs they were read in, shared by one
+//   warp (rows up to 1024: float layer_norm forward, softmax backward) or by
+//   one block (longer rows, up to 512 threads of 4 packs: 8192 floats, 16384
+//   bf16), every load in flight before the first reduction;
 // - short rows, other forwards: one warp per row, the row staged in shared
-//   memory.
+//   memory with cp.async; the fused layer_norm backward: one warp per row in
+//   registers, weight and bias gradient sums in shared memory;
+// - rows longer than that, or not 16-byte aligned beyond 2048 elements: one
+//   block per row, the row cached in shared memory as the accumulator type
+//   when it fits, streamed from global memory on each pass otherwise.
 #pragma once
 
 #include "block_reduce.cuh"
@@ -207,10 +209,10 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
-// ---- Backward kernels for rows of at most 32 * kPerLane elements: one warp
-// per row, the rows in registers, shuffles only. Lane l holds
-// packs l, l + 32, ... of kVec adjacent elements, loaded and stored as one
-// 16-byte vector where the row allows it (kVec = 1 otherwise), so a warp
+// ---- The fused layer_norm backward for rows of at most 32 * kPerLane
+// elements: one warp per row, the rows in registers, shuffles only. Lane l
+// holds packs l, l + 32, ... of kVec adjacent elements, loaded and stored as
+// one 16-byte vector where the row allows it (kVec = 1 otherwise), so a warp
 // moves 512 contiguous bytes per instruction with kPerLane / kVec in flight.
 constexpr int kWarpRowsPerBlock = 8;
 
@@ -268,14 +270,6 @@ __device__ __forceinline__ void store_lanes(T* row, int n, F&& value) {
         if (first + j < n) row[first + j] = static_cast<T>(value(k + j, first + j));
     }
   }
-}
-
-template <int kPerLane, typename A>
-__device__ __forceinline__ A lane_sum(const A (&v)[kPerLane]) {
-  A sum = 0;
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) sum += v[k];
-  return warp_allreduce<SumOp<A>>(sum);
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight, one
@@ -345,70 +339,101 @@ __global__ void layer_norm_backward_warp_kernel(const T* __restrict__ dy, const 
   }
 }
 
-template <typename T, int kPerLane, int kVec>
-__global__ void softmax_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
-                                             int64_t rows, int64_t n, int64_t causal, opmath_t<T> scale) {
-  using A = opmath_t<T>;
-  const int64_t row = warp_row(rows);
-  if (row < 0) return;
-  const int64_t valid = causal ? row % causal + 1 : n;
-  A ys[kPerLane], gs[kPerLane], products[kPerLane];
-  load_lanes<kVec>(y + row * n, valid, A(0), ys, [](A a) { return a; });
-  load_lanes<kVec>(dy + row * n, valid, A(0), gs, [](A a) { return a; });
+// ---- Forward kernels with the row in registers as it was read: thread
+// `rank` of the `count` that share a row holds packs rank, rank + count, ...
+// of kVec elements of T (n a multiple of kVec), converted to A where used,
+// and issues all of its loads before the first reduction.
+
+// Threads per row of the block-per-row register kernels at most: 4 packs
+// each covers 8192 floats or 16384 bf16.
+constexpr int kRowThreadsMax = 512;
+
+// The threads that share a row: one warp (kWarpRows) or the whole block.
+template <bool kWarpRows>
+struct RowThreads {
+  int64_t row;  // -1 past the last row
+  int rank, count;
+  __device__ explicit RowThreads(int64_t rows)
+      : row(kWarpRows ? warp_row(rows) : int64_t(blockIdx.x)),
+        rank(kWarpRows ? threadIdx.x % kWarpSize : threadIdx.x),
+        count(kWarpRows ? kWarpSize : blockDim.x) {}
+  __device__ int group(int p) const { return p * count + rank; }
+  template <typename Op, typename A>
+  __device__ A allreduce(A value) const {
+    if constexpr (kWarpRows) {
+      return warp_allreduce<Op>(value);
+    } else {
+      __shared__ A scratch[kWarpSize];
+      return block_allreduce<Op>(value, scratch);
+    }
+  }
+};
+
+template <bool kWarpRows>
+constexpr int kRowThreadsBound = kWarpRows ? kWarpRowsPerBlock * kWarpSize : kRowThreadsMax;
+
+// packs[p] = the thread's p-th pack of `row` if it is one of the first
+// `whole`, zeros otherwise: predicated loads in one straight line.
+template <bool kWarpRows, int kPacks, typename Pack>
+__device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads, const Pack* row, int whole,
+                                           Pack (&packs)[kPacks]) {
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) products[k] = ys[k] * gs[k];
-  const A dot = lane_sum(products);
-  store_lanes<kVec, kPerLane>(dx + row * n, n, [&](int k, int) { return scale * ys[k] * (gs[k] - dot); });
+  for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < whole ? row[threads.group(p)] : Pack{};
 }
 
-// layer_norm forward with the row in registers as it was read: kPacks packs
-// of kVec elements of T per lane (n a multiple of kVec), converted to A where
-// used. The lane's weight and bias packs are loaded with its x packs, so
-// every load is in flight before the first shuffle and the output pass only
-// computes and stores (float (8192, 768): 17.0 µs; the same kernel reading
-// weight and bias after the statistics 18.1, staged in shared memory 19.4).
-template <typename T, int kPacks, int kVec>
-__global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
+// load_packs for a row of which only the first `valid` elements are read
+// (causal rows): the one pack that `valid` cuts is read element-wise after.
+template <bool kWarpRows, int kPacks, typename T, int kVec>
+__device__ __forceinline__ void load_valid_packs(const RowThreads<kWarpRows>& threads, const T* row, int valid,
+                                                 VecN<T, kVec> (&packs)[kPacks]) {
+  load_packs(threads, reinterpret_cast<const VecN<T, kVec>*>(row), valid / kVec, packs);
+  if (valid % kVec == 0) return;
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+    if (threads.group(p) == valid / kVec)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        if (threads.group(p) * kVec + j < valid) packs[p].elem[j] = row[threads.group(p) * kVec + j];
+}
+
+// The weight and bias packs are loaded with the x packs, so the output pass
+// only computes and stores (float (8192, 768): 17.0 µs; the same kernel
+// reading weight and bias after the statistics 18.1, staged in shared memory
+// 19.4).
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     layer_norm_forward_lanes_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                     const T* __restrict__ bias, T* __restrict__ y, opmath_t<T>* __restrict__ mean_out,
                                     opmath_t<T>* __restrict__ rstd_out, int64_t rows, int n, opmath_t<T> eps) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
-  const int64_t row = warp_row(rows);
-  if (row < 0) return;
-  const int lane = threadIdx.x % kWarpSize, groups = n / kVec;
-  const Pack* const in = reinterpret_cast<const Pack*>(x + row * n);
-  Pack packs[kPacks];
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) packs[p] = p * kWarpSize + lane < groups ? in[p * kWarpSize + lane] : Pack{};
-  Pack scales[kPacks], shifts[kPacks];
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int g = p * kWarpSize + lane;
-    if (weight && g < groups) scales[p] = reinterpret_cast<const Pack*>(weight)[g];
-    if (bias && g < groups) shifts[p] = reinterpret_cast<const Pack*>(bias)[g];
-  }
+  const RowThreads<kWarpRows> threads(rows);
+  if (threads.row < 0) return;
+  const int groups = n / kVec;
+  Pack packs[kPacks], scales[kPacks], shifts[kPacks];
+  load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), groups, packs);
+  if (weight) load_packs(threads, reinterpret_cast<const Pack*>(weight), groups, scales);
+  if (bias) load_packs(threads, reinterpret_cast<const Pack*>(bias), groups, shifts);
   A sum = 0;  // the zero packs past the end add nothing
 #pragma unroll
   for (int p = 0; p < kPacks; ++p)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) sum += static_cast<A>(packs[p].elem[j]);
-  const A mean = warp_allreduce<SumOp<A>>(sum) / static_cast<A>(n);
+  const A mean = threads.template allreduce<SumOp<A>>(sum) / static_cast<A>(n);
   A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
 #pragma unroll
   for (int p = 0; p < kPacks; ++p)
-    if (p * kWarpSize + lane < groups)
+    if (threads.group(p) < groups)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const A d = static_cast<A>(packs[p].elem[j]) - mean;
         squares += d * d;
       }
-  const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
-  Pack* const out = reinterpret_cast<Pack*>(y + row * n);
+  const A rstd = rsqrt_acc(threads.template allreduce<SumOp<A>>(squares) / static_cast<A>(n) + eps);
+  Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
-    const int g = p * kWarpSize + lane;
-    if (g >= groups) continue;
+    if (threads.group(p) >= groups) continue;
     Pack result;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
@@ -416,11 +441,131 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
       const A b = bias ? static_cast<A>(shifts[p].elem[j]) : A(0);
       result.elem[j] = static_cast<T>((static_cast<A>(packs[p].elem[j]) - mean) * rstd * w + b);
     }
+    out[threads.group(p)] = result;
+  }
+  if (threads.rank == 0) {
+    mean_out[threads.row] = mean;
+    rstd_out[threads.row] = rstd;
+  }
+}
+
+// Softmax (causal: `valid` = row % causal + 1 entries) with the row in
+// registers; only the valid entries are read.
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
+    softmax_forward_lanes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
+                                 opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  using Pack = VecN<T, kVec>;
+  const RowThreads<kWarpRows> threads(rows);
+  if (threads.row < 0) return;
+  const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
+  Pack packs[kPacks];
+  load_valid_packs(threads, x + threads.row * n, valid, packs);
+  const A scale2 = scale * static_cast<A>(kLog2e);
+  auto for_each_valid = [&](auto&& f) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        if (threads.group(p) * kVec + j < valid) f(scale2 * static_cast<A>(packs[p].elem[j]));
+  };
+  A top = -std::numeric_limits<A>::infinity();
+  for_each_valid([&](A v) { top = max_acc(top, v); });
+  top = threads.template allreduce<MaxOp<A>>(top);
+  A sum = 0;
+  for_each_valid([&](A v) { sum += exp2_acc(v - top); });
+  const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
+  Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int g = threads.group(p);
+    if (g >= n / kVec) continue;
+    Pack result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      result.elem[j] =
+          static_cast<T>(g * kVec + j < valid ? exp2_acc(scale2 * static_cast<A>(packs[p].elem[j]) - top) * inv : A(0));
     out[g] = result;
   }
-  if (lane == 0) {
-    mean_out[row] = mean;
-    rstd_out[row] = rstd;
+}
+
+// layer_norm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy *
+// weight, with x, dy and weight in registers (the weight and bias gradients
+// are a separate pass).
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
+    layer_norm_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                     const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
+                                     const T* __restrict__ weight, T* __restrict__ dx, int64_t rows, int n) {
+  using A = opmath_t<T>;
+  using Pack = VecN<T, kVec>;
+  const RowThreads<kWarpRows> threads(rows);
+  if (threads.row < 0) return;
+  const int groups = n / kVec;
+  Pack xs[kPacks], gs[kPacks], scales[kPacks];
+  load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), groups, xs);
+  load_packs(threads, reinterpret_cast<const Pack*>(dy + threads.row * n), groups, gs);
+  if (weight) load_packs(threads, reinterpret_cast<const Pack*>(weight), groups, scales);
+  const A mu = mean[threads.row], r = rstd[threads.row];
+  auto g_at = [&](int p, int j) {
+    return weight ? static_cast<A>(gs[p].elem[j]) * static_cast<A>(scales[p].elem[j]) : static_cast<A>(gs[p].elem[j]);
+  };
+  A sum_g = 0, sum_gx = 0;  // zero packs past the end add nothing
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      sum_g += g_at(p, j);
+      sum_gx += g_at(p, j) * (static_cast<A>(xs[p].elem[j]) - mu) * r;
+    }
+  const A mean_g = threads.template allreduce<SumOp<A>>(sum_g) / static_cast<A>(n);
+  const A mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
+  Pack* const out = reinterpret_cast<Pack*>(dx + threads.row * n);
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (threads.group(p) >= groups) continue;
+    Pack result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const A xhat = (static_cast<A>(xs[p].elem[j]) - mu) * r;
+      result.elem[j] = static_cast<T>(r * (g_at(p, j) - mean_g - xhat * mean_gx));
+    }
+    out[threads.group(p)] = result;
+  }
+}
+
+// dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after,
+// with y and dy in registers.
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
+    softmax_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
+                                  int64_t rows, int n, int64_t causal, opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  using Pack = VecN<T, kVec>;
+  const RowThreads<kWarpRows> threads(rows);
+  if (threads.row < 0) return;
+  const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
+  Pack ys[kPacks], gs[kPacks];
+  load_valid_packs(threads, y + threads.row * n, valid, ys);
+  load_valid_packs(threads, dy + threads.row * n, valid, gs);
+  A dot = 0;  // entries past `valid` are zero packs
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) dot += static_cast<A>(ys[p].elem[j]) * static_cast<A>(gs[p].elem[j]);
+  dot = threads.template allreduce<SumOp<A>>(dot);
+  Pack* const out = reinterpret_cast<Pack*>(dx + threads.row * n);
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (threads.group(p) >= n / kVec) continue;
+    Pack result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      result.elem[j] = static_cast<T>(threads.group(p) * kVec + j < valid
+                                          ? scale * static_cast<A>(ys[p].elem[j]) * (static_cast<A>(gs[p].elem[j]) - dot)
+                                          : A(0));
+    out[threads.group(p)] = result;
   }
 }
 

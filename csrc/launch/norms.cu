@@ -116,6 +116,35 @@ cudaError_t launch_staged_rows(Kernel kernel, int64_t rows, int64_t n, size_t el
   return cudaGetLastError();
 }
 
+// Rows longer than kWarpRowMax with the row in registers, one block each:
+// the fewest threads (a power of two) that hold the row's packs four at most
+// each, or 0 when that takes more than kRowThreadsMax.
+int block_lane_threads(int64_t groups) {
+  int threads = kWarpSize;
+  while (threads * int64_t(4) < groups) threads *= 2;
+  return threads <= kRowThreadsMax ? threads : 0;
+}
+
+// Launches kernel_for(kPacks, kVec) (integral constants) one block per row
+// with the row in registers, or returns fallback() when the row does not fit.
+// Rows beyond kWarpRowMax have over 128 packs, so 3 or 4 per thread.
+template <typename T, typename KernelFor, typename Args, typename Fallback>
+cudaError_t launch_block_lanes(int64_t rows, int64_t n, std::initializer_list<const void*> buffers,
+                               cudaStream_t stream, KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
+  return with_vec<T>(n, buffers, [&](auto vec) {
+    const int64_t groups = n / decltype(vec)::value;
+    const int threads = block_lane_threads(groups);
+    if (threads == 0) return fallback();
+    auto launch = [&](auto packs) {
+      const auto kernel = kernel_for(packs, vec);
+      std::apply([&](auto... a) { kernel<<<rows, threads, 0, stream>>>(a...); }, args);
+      return cudaGetLastError();
+    };
+    return ceil_div(groups, threads) <= 3 ? launch(std::integral_constant<int, 3>{})
+                                          : launch(std::integral_constant<int, 4>{});
+  });
+}
+
 // One block per row with `slots` rows of n accumulators cached in shared
 // memory when they fit; the kernel's last argument says whether they did.
 template <typename Kernel, typename Args>
@@ -183,10 +212,17 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
     const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<const T*>(weight),
                                       static_cast<const T*>(bias), static_cast<T*>(y), static_cast<A*>(mean),
                                       static_cast<A*>(rstd));
+    const auto row_args = std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(eps)));
     if (n > kWarpRowMax)
-      return launch_block_rows(layer_norm_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
-                               std::tuple_cat(args, std::make_tuple(n, static_cast<A>(eps))));
-    const auto warp_args = std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(eps)));
+      return launch_block_lanes<T>(
+          rows, n, {x, y, weight, bias}, stream,
+          [](auto packs, auto vec) {
+            return layer_norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+          },
+          row_args, [&] {
+            return launch_block_rows(layer_norm_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
+                                     std::tuple_cat(args, std::make_tuple(n, static_cast<A>(eps))));
+          });
     // Float rows in registers: 93 registers at (8192, 768), so four-warp
     // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in
     // registers leave too few bytes in flight per SM (bf16 13.8 µs against
@@ -194,13 +230,13 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
     if constexpr (std::is_same_v<T, float>) {
       return with_lanes<T>(n, {x, y, weight, bias}, [&](auto per_lane, auto vec) {
         constexpr int kVec = decltype(vec)::value;
-        return launch_warp_rows(layer_norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec>, rows,
-                                stream, warp_args, 4);
+        return launch_warp_rows(layer_norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true>,
+                                rows, stream, row_args, 4);
       });
     } else {
       return with_vec<T>(n, {x, y, weight, bias}, [&](auto vec) {
         return launch_staged_rows(layer_norm_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T),
-                                  stream, warp_args);
+                                  stream, row_args);
       });
     }
   });
@@ -245,8 +281,15 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
         return cudaGetLastError();
       });
     } else {
-      err = launch_block_rows(layer_norm_backward_input_kernel<T>, 2, sizeof(A), rows, n, stream,
-                              std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), n));
+      err = launch_block_lanes<T>(
+          rows, n, {x, dy, dx, weight}, stream,
+          [](auto packs, auto vec) {
+            return layer_norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+          },
+          std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), rows, static_cast<int>(n)), [&] {
+            return launch_block_rows(layer_norm_backward_input_kernel<T>, 2, sizeof(A), rows, n, stream,
+                                     std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), n));
+          });
     }
     if (err != cudaSuccess || !params) return err;
 
@@ -271,14 +314,22 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<T*>(y));
-    const auto shape = std::make_tuple(n, causal, static_cast<A>(scale));
+    const auto row_args =
+        std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
     if (n <= kWarpRowMax)
       return with_vec<T>(n, {x, y}, [&](auto vec) {
-        return launch_staged_rows(
-            softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
-            std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale))));
+        return launch_staged_rows(softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
+                                  row_args);
       });
-    return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream, std::tuple_cat(args, shape));
+    return launch_block_lanes<T>(
+        rows, n, {x, y}, stream,
+        [](auto packs, auto vec) {
+          return softmax_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+        },
+        row_args, [&] {
+          return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
+                                   std::tuple_cat(args, std::make_tuple(n, causal, static_cast<A>(scale))));
+        });
   });
 }
 
@@ -289,13 +340,23 @@ cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* d
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const auto args = std::make_tuple(static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx));
-    const auto shape = std::make_tuple(n, causal, static_cast<A>(scale));
+    const auto row_args =
+        std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
-        return launch_warp_rows(softmax_backward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>,
-                                rows, stream, std::tuple_cat(args, std::make_tuple(rows), shape));
+        constexpr int kVec = decltype(vec)::value;
+        return launch_warp_rows(softmax_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true>,
+                                rows, stream, row_args);
       });
-    return launch_block_rows(softmax_backward_kernel<T>, 2, sizeof(A), rows, n, stream, std::tuple_cat(args, shape));
+    return launch_block_lanes<T>(
+        rows, n, {y, dy, dx}, stream,
+        [](auto packs, auto vec) {
+          return softmax_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+        },
+        row_args, [&] {
+          return launch_block_rows(softmax_backward_kernel<T>, 2, sizeof(A), rows, n, stream,
+                                   std::tuple_cat(args, std::make_tuple(n, causal, static_cast<A>(scale))));
+        });
   });
 }
 
