@@ -107,9 +107,9 @@ def test_gradcheck(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("n", [768, 70000])
+@pytest.mark.parametrize("n", [768, 2000, 70000])
 def test_backward_matches_torch(device, n):
-    rows = 64 if n < 10000 else 3
+    rows = {768: 64, 2000: 2500, 70000: 3}[n]  # 2000: several rows per partial row on the GPU
     x = torch.randn(rows, n, device=device, requires_grad=True)
     w = torch.randn(n, device=device, requires_grad=True)
     b = torch.randn(n, device=device, requires_grad=True)
@@ -207,13 +207,14 @@ def test_modules_and_patch(device):
 
 @requires_cuda
 @pytest.mark.cuda
-def test_layer_norm_parameter_gradients_deterministic():
-    x = torch.randn(4096, 768, device="cuda", requires_grad=True)
-    w = torch.randn(768, device="cuda", requires_grad=True)
-    b = torch.randn(768, device="cuda", requires_grad=True)
-    g = torch.randn(4096, 768, device="cuda")
-    first = torch.autograd.grad(fr.layer_norm(x, 768, w, b), (w, b), g)
-    second = torch.autograd.grad(fr.layer_norm(x, 768, w, b), (w, b), g)
+@pytest.mark.parametrize("n", [768, 2000])
+def test_layer_norm_parameter_gradients_deterministic(n):
+    x = torch.randn(4096, n, device="cuda", requires_grad=True)
+    w = torch.randn(n, device="cuda", requires_grad=True)
+    b = torch.randn(n, device="cuda", requires_grad=True)
+    g = torch.randn(4096, n, device="cuda")
+    first = torch.autograd.grad(fr.layer_norm(x, n, w, b), (w, b), g)
+    second = torch.autograd.grad(fr.layer_norm(x, n, w, b), (w, b), g)
     assert all(torch.equal(a, c) for a, c in zip(first, second))
 
 

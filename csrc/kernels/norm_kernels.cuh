@@ -491,48 +491,82 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 }
 
 // layer_norm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy *
-// weight, with x, dy and weight in registers (the weight and bias gradients
-// are a separate pass).
-template <typename T, int kPacks, int kVec, bool kWarpRows>
-__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
+// weight, one block per row with x, dy and weight in registers, block b
+// taking rows [b * rows_per_block, (b + 1) * rows_per_block). With
+// `partial_w` the block also sums dy * xhat and dy over its rows into
+// partial_w/partial_b[b] (2 * n accumulators of shared memory, each column
+// owned by the one thread that holds it: no barrier, no atomics), so x and dy
+// are read once for all three gradients.
+template <typename T, int kPacks, int kVec>
+__global__ void __launch_bounds__(kRowThreadsMax)
     layer_norm_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                      const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
-                                     const T* __restrict__ weight, T* __restrict__ dx, int64_t rows, int n) {
+                                     const T* __restrict__ weight, T* __restrict__ dx, opmath_t<T>* __restrict__ partial_w,
+                                     opmath_t<T>* __restrict__ partial_b, int64_t rows, int n, int64_t rows_per_block) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
-  const RowThreads<kWarpRows> threads(rows);
-  if (threads.row < 0) return;
+  using Sums = VecN<A, kVec>;
+  RowThreads<false> threads(rows);
   const int groups = n / kVec;
-  Pack xs[kPacks], gs[kPacks], scales[kPacks];
-  load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), groups, xs);
-  load_packs(threads, reinterpret_cast<const Pack*>(dy + threads.row * n), groups, gs);
+  Sums* const sums_w = reinterpret_cast<Sums*>(row_cache<A>(0, n));
+  Sums* const sums_b = reinterpret_cast<Sums*>(row_cache<A>(1, n));
+  const bool params = partial_w != nullptr;
+  if (params)
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+      if (threads.group(p) < groups) sums_w[threads.group(p)] = sums_b[threads.group(p)] = Sums{};
+  Pack scales[kPacks];
   if (weight) load_packs(threads, reinterpret_cast<const Pack*>(weight), groups, scales);
-  const A mu = mean[threads.row], r = rstd[threads.row];
-  auto g_at = [&](int p, int j) {
-    return weight ? static_cast<A>(gs[p].elem[j]) * static_cast<A>(scales[p].elem[j]) : static_cast<A>(gs[p].elem[j]);
-  };
-  A sum_g = 0, sum_gx = 0;  // zero packs past the end add nothing
+  const int64_t first = blockIdx.x * rows_per_block;
+  const int64_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
+  for (threads.row = first; threads.row < last; ++threads.row) {
+    Pack xs[kPacks], gs[kPacks];
+    load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), groups, xs);
+    load_packs(threads, reinterpret_cast<const Pack*>(dy + threads.row * n), groups, gs);
+    const A mu = mean[threads.row], r = rstd[threads.row];
+    auto xhat_at = [&](int p, int j) { return (static_cast<A>(xs[p].elem[j]) - mu) * r; };
+    auto g_at = [&](int p, int j) {
+      return weight ? static_cast<A>(gs[p].elem[j]) * static_cast<A>(scales[p].elem[j])
+                    : static_cast<A>(gs[p].elem[j]);
+    };
+    A sum_g = 0, sum_gx = 0;  // zero packs past the end add nothing
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p)
+    for (int p = 0; p < kPacks; ++p)
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      sum_g += g_at(p, j);
-      sum_gx += g_at(p, j) * (static_cast<A>(xs[p].elem[j]) - mu) * r;
+      for (int j = 0; j < kVec; ++j) {
+        sum_g += g_at(p, j);
+        sum_gx += g_at(p, j) * xhat_at(p, j);
+      }
+    const A mean_g = threads.template allreduce<SumOp<A>>(sum_g) / static_cast<A>(n);
+    const A mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
+    Pack* const out = reinterpret_cast<Pack*>(dx + threads.row * n);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int g = threads.group(p);
+      if (g >= groups) continue;
+      Pack result;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(r * (g_at(p, j) - mean_g - xhat_at(p, j) * mean_gx));
+      out[g] = result;
+      if (params) {
+        Sums w = sums_w[g], b = sums_b[g];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          w.elem[j] += static_cast<A>(gs[p].elem[j]) * xhat_at(p, j);
+          b.elem[j] += static_cast<A>(gs[p].elem[j]);
+        }
+        sums_w[g] = w;
+        sums_b[g] = b;
+      }
     }
-  const A mean_g = threads.template allreduce<SumOp<A>>(sum_g) / static_cast<A>(n);
-  const A mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
-  Pack* const out = reinterpret_cast<Pack*>(dx + threads.row * n);
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    if (threads.group(p) >= groups) continue;
-    Pack result;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const A xhat = (static_cast<A>(xs[p].elem[j]) - mu) * r;
-      result.elem[j] = static_cast<T>(r * (g_at(p, j) - mean_g - xhat * mean_gx));
-    }
-    out[threads.group(p)] = result;
   }
+  if (params)
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+      if (threads.group(p) < groups) {
+        reinterpret_cast<Sums*>(partial_w + blockIdx.x * int64_t(n))[threads.group(p)] = sums_w[threads.group(p)];
+        reinterpret_cast<Sums*>(partial_b + blockIdx.x * int64_t(n))[threads.group(p)] = sums_b[threads.group(p)];
+      }
 }
 
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after,

@@ -125,19 +125,22 @@ int block_lane_threads(int64_t groups) {
   return threads <= kRowThreadsMax ? threads : 0;
 }
 
-// Launches kernel_for(kPacks, kVec) (integral constants) one block per row
-// with the row in registers, or returns fallback() when the row does not fit.
-// Rows beyond kWarpRowMax have over 128 packs, so 3 or 4 per thread.
+// Launches kernel_for(kPacks, kVec) (integral constants) on `blocks` blocks
+// that share each row with the row in registers, or returns fallback() when
+// the row does not fit. Rows beyond kWarpRowMax have over 128 packs, so 3 or
+// 4 per thread.
 template <typename T, typename KernelFor, typename Args, typename Fallback>
-cudaError_t launch_block_lanes(int64_t rows, int64_t n, std::initializer_list<const void*> buffers,
-                               cudaStream_t stream, KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
+cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
+                               std::initializer_list<const void*> buffers, cudaStream_t stream,
+                               KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
   return with_vec<T>(n, buffers, [&](auto vec) {
     const int64_t groups = n / decltype(vec)::value;
     const int threads = block_lane_threads(groups);
     if (threads == 0) return fallback();
     auto launch = [&](auto packs) {
       const auto kernel = kernel_for(packs, vec);
-      std::apply([&](auto... a) { kernel<<<rows, threads, 0, stream>>>(a...); }, args);
+      if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
+      std::apply([&](auto... a) { kernel<<<blocks, threads, shared_bytes, stream>>>(a...); }, args);
       return cudaGetLastError();
     };
     return ceil_div(groups, threads) <= 3 ? launch(std::integral_constant<int, 3>{})
@@ -167,21 +170,26 @@ cudaError_t dispatch_floating(DType dtype, F&& f) {
 DType acc_dtype(DType dtype) { return dtype == DType::Double ? DType::Double : DType::Float; }
 
 // Weight and bias gradients come in two stages: partial rows, then a column
-// sum of them. Rows of up to kWarpRowMax fuse stage one into the dx kernel:
-// one wave of at most kFusedBlocksPerSm blocks, each folding its rows into one
-// partial row (its shared memory holds every warp's sums). Longer rows, or a
-// GPU without that much shared memory, run a separate pass over x and dy.
+// sum of them. Stage one is fused into the dx kernel where the rows are in
+// registers: rows of up to kWarpRowMax in one wave of at most
+// kFusedBlocksPerSm blocks, each folding its rows into one partial row (its
+// shared memory holds every warp's sums); longer rows in about
+// kLongRowBlocksPerSm blocks per SM of consecutive rows each. Otherwise (rows
+// too long for registers or shared memory) a separate pass reads x and dy.
 constexpr int kFusedBlocksPerSm = 2;
+constexpr int kLongRowBlocksPerSm = 8;
 
 struct ParamGradPlan {
   bool fused;
   int64_t chunks;          // partial rows
-  int64_t rows_per_chunk;  // separate pass only
+  int64_t rows_per_chunk;  // long rows and the separate pass
   size_t shared_bytes;     // fused only
   size_t partial_bytes;    // each of the two partial buffers
 };
 
-ParamGradPlan param_grad_plan(DType dtype, int64_t rows, int64_t n, int sm_count) {
+// `vec`: the elements per pack the dx kernel will load (1 where the buffers
+// are not 16-byte packable).
+ParamGradPlan param_grad_plan(DType dtype, int64_t rows, int64_t n, int vec, int sm_count) {
   const size_t acc = dtype == DType::Double ? 8 : 4;
   auto partial_bytes = [&](int64_t chunks) { return (chunks * n * acc + 255) / 256 * 256; };
   int device = 0, per_block = 0, per_sm = 0;
@@ -190,16 +198,28 @@ ParamGradPlan param_grad_plan(DType dtype, int64_t rows, int64_t n, int sm_count
                          cudaSuccess &&
                      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
                          cudaSuccess;
-  const size_t shared = 2 * kWarpRowsPerBlock * n * acc;
-  if (n <= kWarpRowMax && known && shared <= size_t(per_block)) {
-    const int64_t blocks_per_sm = std::clamp<int64_t>(per_sm / (shared + 1024), 1, kFusedBlocksPerSm);
-    const int64_t chunks = std::min(warp_row_blocks(rows), sm_count * blocks_per_sm);
-    return {true, chunks, 0, shared, partial_bytes(chunks)};
+  if (n <= kWarpRowMax) {
+    const size_t shared = 2 * kWarpRowsPerBlock * n * acc;
+    if (known && shared <= size_t(per_block)) {
+      const int64_t blocks_per_sm = std::clamp<int64_t>(per_sm / (shared + 1024), 1, kFusedBlocksPerSm);
+      const int64_t chunks = std::min(warp_row_blocks(rows), sm_count * blocks_per_sm);
+      return {true, chunks, 0, shared, partial_bytes(chunks)};
+    }
+  } else {
+    const size_t shared = 2 * ((n * acc + 15) / 16 * 16);  // two row_cache() slots
+    if (known && block_lane_threads(n / vec) != 0 && shared + 1024 <= size_t(per_block)) {
+      const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, int64_t(sm_count) * kLongRowBlocksPerSm));
+      const int64_t chunks = ceil_div(rows, rows_per_chunk);
+      return {true, chunks, rows_per_chunk, shared, partial_bytes(chunks)};
+    }
   }
   const int64_t tiles = ceil_div(n, kGradTile);
   const int64_t chunks = std::max<int64_t>(1, std::min(ceil_div(int64_t(sm_count) * 8, tiles), ceil_div(rows, 64)));
   return {false, chunks, ceil_div(rows, chunks), 0, partial_bytes(chunks)};
 }
+
+// Elements per 16-byte pack of a floating dtype.
+int pack_elements(DType dtype) { return dtype == DType::Double ? 2 : dtype == DType::Float ? 4 : 8; }
 
 }  // namespace
 
@@ -215,7 +235,7 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
     const auto row_args = std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(eps)));
     if (n > kWarpRowMax)
       return launch_block_lanes<T>(
-          rows, n, {x, y, weight, bias}, stream,
+          rows, 0, n, {x, y, weight, bias}, stream,
           [](auto packs, auto vec) {
             return layer_norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
           },
@@ -242,10 +262,15 @@ cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, c
   });
 }
 
+// Enough for either plan: whether the rows are packable is known at launch.
 size_t layer_norm_backward_workspace_bytes(DType dtype, int64_t rows, int64_t n, int sm_count) {
-  const ParamGradPlan plan = param_grad_plan(dtype, rows, n, sm_count);
-  const ReduceProblem columns{ReduceKind::Sum, acc_dtype(dtype), nullptr, 1, plan.chunks, n};
-  return 2 * plan.partial_bytes + reduce_workspace_bytes(columns, sm_count);
+  size_t bytes = 0;
+  for (const int vec : {1, pack_elements(dtype)}) {
+    const ParamGradPlan plan = param_grad_plan(dtype, rows, n, vec, sm_count);
+    const ReduceProblem columns{ReduceKind::Sum, acc_dtype(dtype), nullptr, 1, plan.chunks, n};
+    bytes = std::max(bytes, 2 * plan.partial_bytes + reduce_workspace_bytes(columns, sm_count));
+  }
+  return bytes;
 }
 
 cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, const void* mean, const void* rstd,
@@ -255,7 +280,8 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
   return dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const ParamGradPlan plan = param_grad_plan(dtype, rows, n, sm_count);
+    const int vec = packable<T>(n, {x, dy, dx, weight}) ? Vec16<T>::kSize : 1;
+    const ParamGradPlan plan = param_grad_plan(dtype, rows, n, vec, sm_count);
     const bool params = dweight != nullptr;
     auto* bytes_base = static_cast<unsigned char*>(workspace);
     A* partial_w = params ? reinterpret_cast<A*>(bytes_base) : nullptr;
@@ -266,9 +292,9 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
     const auto* rstd_a = static_cast<const A*>(rstd);
     const auto* weight_t = static_cast<const T*>(weight);
 
+    const bool fused = params && plan.fused;
     cudaError_t err = cudaSuccess;
     if (n <= kWarpRowMax) {
-      const bool fused = params && plan.fused;
       err = with_lanes<T>(n, {x, dy, dx, weight}, [&](auto per_lane, auto vec) {
         const auto kernel = layer_norm_backward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>;
         if (!fused)
@@ -280,13 +306,15 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
             dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), partial_w, partial_b, rows, n);
         return cudaGetLastError();
       });
-    } else {
+    } else {  // unfused: one row per block
       err = launch_block_lanes<T>(
-          rows, n, {x, dy, dx, weight}, stream,
+          fused ? plan.chunks : rows, fused ? plan.shared_bytes : 0, n, {x, dy, dx, weight}, stream,
           [](auto packs, auto vec) {
-            return layer_norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+            return layer_norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value>;
           },
-          std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), rows, static_cast<int>(n)), [&] {
+          std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), fused ? partial_w : nullptr,
+                          fused ? partial_b : nullptr, rows, static_cast<int>(n), fused ? plan.rows_per_chunk : 1),
+          [&] {
             return launch_block_rows(layer_norm_backward_input_kernel<T>, 2, sizeof(A), rows, n, stream,
                                      std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), n));
           });
@@ -322,7 +350,7 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
                                   row_args);
       });
     return launch_block_lanes<T>(
-        rows, n, {x, y}, stream,
+        rows, 0, n, {x, y}, stream,
         [](auto packs, auto vec) {
           return softmax_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
         },
@@ -349,7 +377,7 @@ cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* d
                                 rows, stream, row_args);
       });
     return launch_block_lanes<T>(
-        rows, n, {y, dy, dx}, stream,
+        rows, 0, n, {y, dy, dx}, stream,
         [](auto packs, auto vec) {
           return softmax_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
         },
