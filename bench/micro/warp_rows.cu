@@ -108,7 +108,7 @@ int main() {
     fill_random<<<8, 256>>>(w, n, 3);
     fill_random<<<8, 256>>>(b, n, 4);
     const int64_t blocks = (rows + 7) / 8;
-    auto forward = layer_norm_forward_lanes_kernel<float, 6, 4>;
+    auto forward = layer_norm_forward_lanes_kernel<float, 6, 4, true>;
     float us = bench.median_us([&] { forward<<<rows / 4, 128>>>(x, w, b, y, mean, rstd, rows, int(n), 1e-5f); });
     report("layer_norm fwd f32 8192x768, row in registers", forward, 128, 0, us, 2.0 * rows * n * 4);
     auto staged = layer_norm_forward_warp_kernel<float, 4>;
@@ -126,17 +126,20 @@ int main() {
     });
     std::printf("| copy 25 MB | | | | %.2f | %.0f |\n", us, 2.0 * rows * n * 4 / us / 1e3);
 
-    auto backward = layer_norm_backward_warp_kernel<float, 24, 4>;
+    auto backward = layer_norm_backward_lanes_kernel<float, 6, 4, true>;
     const size_t shared = 2 * 8 * n * 4;
     CHECK(cudaFuncSetAttribute(backward, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
     for (int per_sm : {1, 2, 3, 4}) {
-      us = bench.median_us(
-          [&] { backward<<<132 * per_sm, 256, shared>>>(dy, x, mean, rstd, w, dx, pw, pb, rows, n); });
+      const int64_t per_warp = (rows + 132 * per_sm * 8 - 1) / (132 * per_sm * 8);
+      us = bench.median_us([&] {
+        backward<<<132 * per_sm, 256, shared>>>(dy, x, mean, rstd, w, dx, pw, pb, rows, int(n), per_warp);
+      });
       char name[64];
       std::snprintf(name, sizeof name, "layer_norm bwd fused f32 8192x768, %d blocks/SM", per_sm);
       report(name, backward, 256, shared, us, 3.0 * rows * n * 4);
     }
-    us = bench.median_us([&] { backward<<<blocks, 256>>>(dy, x, mean, rstd, w, dx, nullptr, nullptr, rows, n); });
+    us = bench.median_us(
+        [&] { backward<<<blocks, 256>>>(dy, x, mean, rstd, w, dx, nullptr, nullptr, rows, int(n), 1); });
     report("layer_norm bwd dx only f32 8192x768", backward, 256, 0, us, 3.0 * rows * n * 4);
   }
   {  // softmax (98304, 1024) bfloat16

@@ -209,11 +209,7 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
-// ---- The fused layer_norm backward for rows of at most 32 * kPerLane
-// elements: one warp per row, the rows in registers, shuffles only. Lane l
-// holds packs l, l + 32, ... of kVec adjacent elements, loaded and stored as
-// one 16-byte vector where the row allows it (kVec = 1 otherwise), so a warp
-// moves 512 contiguous bytes per instruction with kPerLane / kVec in flight.
+// Rows of up to 1024 elements run one warp each, eight warps per block.
 constexpr int kWarpRowsPerBlock = 8;
 
 // The calling warp's row, or -1 past the last row (the whole warp leaves).
@@ -222,127 +218,10 @@ __device__ __forceinline__ int64_t warp_row(int64_t rows) {
   return row < rows ? row : -1;
 }
 
-// Row index of a lane's k-th register. Offsets within these short rows are
-// int: 64-bit ones cost registers the rows need.
-template <int kVec>
-__device__ __forceinline__ int lane_index(int k) {
-  return ((k / kVec) * kWarpSize + static_cast<int>(threadIdx.x % kWarpSize)) * kVec + k % kVec;
-}
-
-// v[k] = f(v[k], row[i]) for the lane's elements i below `valid`, `fill` elsewhere.
-template <int kVec, int kPerLane, typename T, typename A, typename F>
-__device__ __forceinline__ void fold_lanes(const T* row, int valid, A fill, A (&v)[kPerLane], F&& f) {
-#pragma unroll
-  for (int k = 0; k < kPerLane; k += kVec) {
-    const int first = lane_index<kVec>(k);
-    if (kVec > 1 && first + kVec <= valid) {
-      const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(row + first);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[k + j] = f(v[k + j], static_cast<A>(pack.elem[j]));
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        v[k + j] = first + j < valid ? f(v[k + j], static_cast<A>(row[first + j])) : fill;
-    }
-  }
-}
-
-// v[k] = f(row[i]) for the lane's elements i below `valid`, `fill` elsewhere.
-template <int kVec, int kPerLane, typename T, typename A, typename F>
-__device__ __forceinline__ void load_lanes(const T* row, int valid, A fill, A (&v)[kPerLane], F&& f) {
-  fold_lanes<kVec>(row, valid, fill, v, [&](A, A a) { return f(a); });
-}
-
-// row[i] = value(k, i) for the lane's elements i below n.
-template <int kVec, int kPerLane, typename T, typename F>
-__device__ __forceinline__ void store_lanes(T* row, int n, F&& value) {
-#pragma unroll
-  for (int k = 0; k < kPerLane; k += kVec) {
-    const int first = lane_index<kVec>(k);
-    if (kVec > 1 && first + kVec <= n) {
-      VecN<T, kVec> pack;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) pack.elem[j] = static_cast<T>(value(k + j, first + j));
-      *reinterpret_cast<VecN<T, kVec>*>(row + first) = pack;
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        if (first + j < n) row[first + j] = static_cast<T>(value(k + j, first + j));
-    }
-  }
-}
-
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight, one
-// warp per row, each warp walking rows warp, warp + warps, ... With
-// `partial_w` it also adds dy * xhat and dy into its own slice of shared
-// memory (2 * kWarpRowsPerBlock * n accumulators: all warps' dweight sums,
-// then all warps' dbias sums), and the block folds its warps' slices into one
-// partial row each of partial_w/partial_b[blockIdx.x]: x and dy are read once
-// for all three gradients.
-template <typename T, int kPerLane, int kVec>
-__global__ void layer_norm_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                                const opmath_t<T>* __restrict__ mean,
-                                                const opmath_t<T>* __restrict__ rstd, const T* __restrict__ weight,
-                                                T* __restrict__ dx, opmath_t<T>* __restrict__ partial_w,
-                                                opmath_t<T>* __restrict__ partial_b, int64_t rows, int64_t n) {
-  using A = opmath_t<T>;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  const int warp = threadIdx.x / kWarpSize;
-  A* const sums_w = reinterpret_cast<A*>(shared_bytes) + warp * n;
-  A* const sums_b = sums_w + kWarpRowsPerBlock * n;
-  const bool params = partial_w != nullptr;
-  if (params) {
-    store_lanes<kVec, kPerLane>(sums_w, n, [](int, int) { return A(0); });
-    store_lanes<kVec, kPerLane>(sums_b, n, [](int, int) { return A(0); });
-  }
-
-  const int64_t stride = int64_t(gridDim.x) * kWarpRowsPerBlock;
-  for (int64_t row = blockIdx.x * int64_t(kWarpRowsPerBlock) + warp; row < rows; row += stride) {
-    const A mu = mean[row], r = rstd[row];
-    A xhat[kPerLane], g[kPerLane], acc[kPerLane];
-    load_lanes<kVec>(x + row * n, n, A(0), xhat, [&](A a) { return (a - mu) * r; });
-    load_lanes<kVec>(dy + row * n, n, A(0), g, [](A a) { return a; });
-    if (params) {  // a warp's slice is its own: no barrier
-      load_lanes<kVec>(sums_w, n, A(0), acc, [](A a) { return a; });
-      store_lanes<kVec, kPerLane>(sums_w, n, [&](int k, int) { return acc[k] + g[k] * xhat[k]; });
-      load_lanes<kVec>(sums_b, n, A(0), acc, [](A a) { return a; });
-      store_lanes<kVec, kPerLane>(sums_b, n, [&](int k, int) { return acc[k] + g[k]; });
-    }
-    if (weight) fold_lanes<kVec>(weight, n, A(0), g, [](A a, A w) { return a * w; });
-    A sum_g = 0, sum_gx = 0;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      sum_g += g[k];
-      sum_gx += g[k] * xhat[k];
-    }
-    const A mean_g = warp_allreduce<SumOp<A>>(sum_g) / static_cast<A>(n);
-    const A mean_gx = warp_allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
-    store_lanes<kVec, kPerLane>(dx + row * n, n,
-                                [&](int k, int) { return r * (g[k] - mean_g - xhat[k] * mean_gx); });
-  }
-  if (!params) return;
-
-  // Column c of the block's partial row is warp 0's + warp 1's + ... in this
-  // fixed order: bitwise reproducible.
-  __syncthreads();
-  const A* const all_w = reinterpret_cast<const A*>(shared_bytes);
-  const A* const all_b = all_w + kWarpRowsPerBlock * n;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-    A total_w = all_w[c], total_b = all_b[c];
-#pragma unroll
-    for (int k = 1; k < kWarpRowsPerBlock; ++k) {
-      total_w += all_w[k * n + c];
-      total_b += all_b[k * n + c];
-    }
-    partial_w[blockIdx.x * n + c] = total_w;
-    partial_b[blockIdx.x * n + c] = total_b;
-  }
-}
-
-// ---- Forward kernels with the row in registers as it was read: thread
-// `rank` of the `count` that share a row holds packs rank, rank + count, ...
-// of kVec elements of T (n a multiple of kVec), converted to A where used,
-// and issues all of its loads before the first reduction.
+// ---- Kernels with the row in registers as it was read: thread `rank` of
+// the `count` that share a row holds packs rank, rank + count, ... of kVec
+// elements of T (n a multiple of kVec), converted to A where used, and
+// issues all of its loads of a row before the first reduction.
 
 // Threads per row of the block-per-row register kernels at most: 4 packs
 // each covers 8192 floats or 16384 bf16.
@@ -351,7 +230,7 @@ constexpr int kRowThreadsMax = 512;
 // The threads that share a row: one warp (kWarpRows) or the whole block.
 template <bool kWarpRows>
 struct RowThreads {
-  int64_t row;  // -1 past the last row
+  int64_t row;  // -1 past the last row (kernels that walk several rows set it)
   int rank, count;
   __device__ explicit RowThreads(int64_t rows)
       : row(kWarpRows ? warp_row(rows) : int64_t(blockIdx.x)),
@@ -491,25 +370,29 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 }
 
 // layer_norm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy *
-// weight, one block per row with x, dy and weight in registers, block b
-// taking rows [b * rows_per_block, (b + 1) * rows_per_block). With
-// `partial_w` the block also sums dy * xhat and dy over its rows into
-// partial_w/partial_b[b] (2 * n accumulators of shared memory, each column
-// owned by the one thread that holds it: no barrier, no atomics), so x and dy
-// are read once for all three gradients.
-template <typename T, int kPacks, int kVec>
-__global__ void __launch_bounds__(kRowThreadsMax)
+// weight, with x, dy and weight in registers; row group k (a warp, or a
+// block) takes rows [k * rows_per_group, (k + 1) * rows_per_group). With
+// `partial_w` each group also sums dy * xhat and dy over its rows into its
+// own two row_cache() slots of shared memory, each column added to only by
+// the thread that holds it, and the block writes one partial row each of
+// partial_w/partial_b[blockIdx.x] (warps: their slots folded in warp order,
+// so the sums are bitwise reproducible): x and dy are read once for all
+// three gradients, with no atomics.
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     layer_norm_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                      const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
                                      const T* __restrict__ weight, T* __restrict__ dx, opmath_t<T>* __restrict__ partial_w,
-                                     opmath_t<T>* __restrict__ partial_b, int64_t rows, int n, int64_t rows_per_block) {
+                                     opmath_t<T>* __restrict__ partial_b, int64_t rows, int n, int64_t rows_per_group) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   using Sums = VecN<A, kVec>;
-  RowThreads<false> threads(rows);
+  RowThreads<kWarpRows> threads(rows);
   const int groups = n / kVec;
-  Sums* const sums_w = reinterpret_cast<Sums*>(row_cache<A>(0, n));
-  Sums* const sums_b = reinterpret_cast<Sums*>(row_cache<A>(1, n));
+  const int slot = kWarpRows ? threadIdx.x / kWarpSize : 0;
+  const int slots = kWarpRows ? blockDim.x / kWarpSize : 1;
+  Sums* const sums_w = reinterpret_cast<Sums*>(row_cache<A>(slot, n));
+  Sums* const sums_b = reinterpret_cast<Sums*>(row_cache<A>(slots + slot, n));
   const bool params = partial_w != nullptr;
   if (params)
 #pragma unroll
@@ -517,8 +400,9 @@ __global__ void __launch_bounds__(kRowThreadsMax)
       if (threads.group(p) < groups) sums_w[threads.group(p)] = sums_b[threads.group(p)] = Sums{};
   Pack scales[kPacks];
   if (weight) load_packs(threads, reinterpret_cast<const Pack*>(weight), groups, scales);
-  const int64_t first = blockIdx.x * rows_per_block;
-  const int64_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
+  const int64_t group_index = kWarpRows ? blockIdx.x * int64_t(slots) + slot : blockIdx.x;
+  const int64_t first = group_index * rows_per_group;
+  const int64_t last = first + rows_per_group < rows ? first + rows_per_group : rows;
   for (threads.row = first; threads.row < last; ++threads.row) {
     Pack xs[kPacks], gs[kPacks];
     load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), groups, xs);
@@ -560,13 +444,26 @@ __global__ void __launch_bounds__(kRowThreadsMax)
       }
     }
   }
-  if (params)
+  if (!params) return;
+  if constexpr (kWarpRows) {
+    __syncthreads();
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+      A total_w = 0, total_b = 0;
+      for (int k = 0; k < slots; ++k) {
+        total_w += row_cache<A>(k, n)[c];
+        total_b += row_cache<A>(slots + k, n)[c];
+      }
+      partial_w[blockIdx.x * int64_t(n) + c] = total_w;
+      partial_b[blockIdx.x * int64_t(n) + c] = total_b;
+    }
+  } else {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (threads.group(p) < groups) {
         reinterpret_cast<Sums*>(partial_w + blockIdx.x * int64_t(n))[threads.group(p)] = sums_w[threads.group(p)];
         reinterpret_cast<Sums*>(partial_b + blockIdx.x * int64_t(n))[threads.group(p)] = sums_b[threads.group(p)];
       }
+  }
 }
 
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after,

@@ -182,7 +182,7 @@ constexpr int kLongRowBlocksPerSm = 8;
 struct ParamGradPlan {
   bool fused;
   int64_t chunks;          // partial rows
-  int64_t rows_per_chunk;  // long rows and the separate pass
+  int64_t rows_per_chunk;  // rows per warp or block of the dx kernel when fused, per chunk of the separate pass
   size_t shared_bytes;     // fused only
   size_t partial_bytes;    // each of the two partial buffers
 };
@@ -198,15 +198,16 @@ ParamGradPlan param_grad_plan(DType dtype, int64_t rows, int64_t n, int vec, int
                          cudaSuccess &&
                      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
                          cudaSuccess;
+  const size_t slot_bytes = (n * acc + 15) / 16 * 16;  // one row_cache() slot
   if (n <= kWarpRowMax) {
-    const size_t shared = 2 * kWarpRowsPerBlock * n * acc;
+    const size_t shared = 2 * kWarpRowsPerBlock * slot_bytes;
     if (known && shared <= size_t(per_block)) {
       const int64_t blocks_per_sm = std::clamp<int64_t>(per_sm / (shared + 1024), 1, kFusedBlocksPerSm);
       const int64_t chunks = std::min(warp_row_blocks(rows), sm_count * blocks_per_sm);
-      return {true, chunks, 0, shared, partial_bytes(chunks)};
+      return {true, chunks, ceil_div(rows, chunks * kWarpRowsPerBlock), shared, partial_bytes(chunks)};
     }
   } else {
-    const size_t shared = 2 * ((n * acc + 15) / 16 * 16);  // two row_cache() slots
+    const size_t shared = 2 * slot_bytes;
     if (known && block_lane_threads(n / vec) != 0 && shared + 1024 <= size_t(per_block)) {
       const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, int64_t(sm_count) * kLongRowBlocksPerSm));
       const int64_t chunks = ceil_div(rows, rows_per_chunk);
@@ -293,28 +294,29 @@ cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, cons
     const auto* weight_t = static_cast<const T*>(weight);
 
     const bool fused = params && plan.fused;
+    const size_t shared = fused ? plan.shared_bytes : 0;
+    const int64_t rows_per_group = fused ? plan.rows_per_chunk : 1;  // unfused: a row per warp or block
+    const auto args = std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx),
+                                      fused ? partial_w : nullptr, fused ? partial_b : nullptr, rows,
+                                      static_cast<int>(n), rows_per_group);
     cudaError_t err = cudaSuccess;
     if (n <= kWarpRowMax) {
       err = with_lanes<T>(n, {x, dy, dx, weight}, [&](auto per_lane, auto vec) {
-        const auto kernel = layer_norm_backward_warp_kernel<T, decltype(per_lane)::value, decltype(vec)::value>;
-        if (!fused)
-          return launch_warp_rows(kernel, rows, stream,
-                                  std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx),
-                                                  static_cast<A*>(nullptr), static_cast<A*>(nullptr), rows, n));
-        if (const cudaError_t set = allow_shared_bytes(kernel, plan.shared_bytes); set != cudaSuccess) return set;
-        kernel<<<plan.chunks, kWarpRowThreads, plan.shared_bytes, stream>>>(
-            dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), partial_w, partial_b, rows, n);
+        constexpr int kVec = decltype(vec)::value;
+        const auto kernel = layer_norm_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true>;
+        if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
+        std::apply([&](auto... a) {
+          kernel<<<fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads, shared, stream>>>(a...);
+        }, args);
         return cudaGetLastError();
       });
-    } else {  // unfused: one row per block
+    } else {
       err = launch_block_lanes<T>(
-          fused ? plan.chunks : rows, fused ? plan.shared_bytes : 0, n, {x, dy, dx, weight}, stream,
+          fused ? plan.chunks : rows, shared, n, {x, dy, dx, weight}, stream,
           [](auto packs, auto vec) {
-            return layer_norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value>;
+            return layer_norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
           },
-          std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), fused ? partial_w : nullptr,
-                          fused ? partial_b : nullptr, rows, static_cast<int>(n), fused ? plan.rows_per_chunk : 1),
-          [&] {
+          args, [&] {
             return launch_block_rows(layer_norm_backward_input_kernel<T>, 2, sizeof(A), rows, n, stream,
                                      std::make_tuple(dy_t, x_t, mean_a, rstd_a, weight_t, static_cast<T*>(dx), n));
           });
