@@ -382,8 +382,9 @@ template <typename T, int kPacks, int kVec, bool kWarpRows>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     layer_norm_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                      const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
-                                     const T* __restrict__ weight, T* __restrict__ dx, opmath_t<T>* __restrict__ partial_w,
-                                     opmath_t<T>* __restrict__ partial_b, int64_t rows, int n, int64_t rows_per_group) {
+                                     const T* __restrict__ weight, T* __restrict__ dx,
+                                     opmath_t<T>* __restrict__ partial_w, opmath_t<T>* __restrict__ partial_b,
+                                     int64_t rows, int n, int64_t rows_per_group) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   using Sums = VecN<A, kVec>;
@@ -430,7 +431,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
       if (g >= groups) continue;
       Pack result;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(r * (g_at(p, j) - mean_g - xhat_at(p, j) * mean_gx));
+      for (int j = 0; j < kVec; ++j)
+        result.elem[j] = static_cast<T>(r * (g_at(p, j) - mean_g - xhat_at(p, j) * mean_gx));
       out[g] = result;
       if (params) {
         Sums w = sums_w[g], b = sums_b[g];
@@ -492,10 +494,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     if (threads.group(p) >= n / kVec) continue;
     Pack result;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j)
-      result.elem[j] = static_cast<T>(threads.group(p) * kVec + j < valid
-                                          ? scale * static_cast<A>(ys[p].elem[j]) * (static_cast<A>(gs[p].elem[j]) - dot)
-                                          : A(0));
+    for (int j = 0; j < kVec; ++j) {
+      const A product = scale * static_cast<A>(ys[p].elem[j]) * (static_cast<A>(gs[p].elem[j]) - dot);
+      result.elem[j] = static_cast<T>(threads.group(p) * kVec + j < valid ? product : A(0));
+    }
     out[threads.group(p)] = result;
   }
 }

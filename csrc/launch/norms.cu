@@ -100,8 +100,8 @@ constexpr int kWarpRowThreads = kWarpRowsPerBlock * kWarpSize;
 template <typename Kernel, typename Args>
 cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, const Args& args,
                              int rows_per_block = kWarpRowsPerBlock) {
-  std::apply([&](auto... a) { kernel<<<ceil_div(rows, rows_per_block), rows_per_block * kWarpSize, 0, stream>>>(a...); },
-             args);
+  const int64_t blocks = ceil_div(rows, rows_per_block);
+  std::apply([&](auto... a) { kernel<<<blocks, rows_per_block * kWarpSize, 0, stream>>>(a...); }, args);
   return cudaGetLastError();
 }
 
