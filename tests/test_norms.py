@@ -263,14 +263,15 @@ def test_long_rows(dtype, n):
     # Rows past 1024 run one block per row with the row in registers (16-byte
     # packs up to 8192 floats or 16384 halves, element-wise up to 2048), the
     # shared-memory kernels beyond: 2049 and 12000 floats take those.
-    def grads(f, *inputs):
-        out = f(*inputs)
-        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
-
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     g = torch.randn(6, n, device="cuda")
+
+    def grads(f, *inputs):
+        out = f(*inputs)
+        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
+
     as_double = [t.detach().double().requires_grad_() for t in (x, w, b)]
     for ours, theirs, reference in zip(grads(lambda *a: fr.layer_norm(a[0], n, a[1], a[2]), x, w, b),
                                        grads(lambda *a: F.layer_norm(a[0], [n], a[1], a[2]), x, w, b),
