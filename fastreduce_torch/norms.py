@@ -1,6 +1,6 @@
-"""layer_norm, softmax and the GPT-2 causal softmax: typed wrappers, fake
-kernels and autograd (each backward is a registered op, so it traces under
-torch.compile and AOT autograd)."""
+"""layer_norm, softmax and the GPT-2 causal softmax: typed wrappers and fake
+kernels. Autograd (C++, csrc/torch/autograd.cpp) calls the registered
+backward ops, so it traces under torch.compile and AOT autograd."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import torch
 from torch import Tensor
 
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+_ops = torch.ops.fastreduce
+_layer_norm, _softmax, _causal_softmax = _ops.layer_norm.default, _ops.softmax.default, _ops.causal_softmax.default
 
 
 def layer_norm(
@@ -21,21 +24,22 @@ def layer_norm(
 ) -> Tensor:
     """Layer normalisation over the trailing ``normalized_shape`` dims, like
     :func:`torch.nn.functional.layer_norm`."""
-    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
-    return torch.ops.fastreduce.layer_norm.default(input, shape, weight, bias, eps)[0]
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return _layer_norm(input, normalized_shape, weight, bias, eps)[0]
 
 
 def softmax(input: Tensor, dim: int = -1, *, dtype: torch.dtype | None = None) -> Tensor:
     """Softmax over ``dim``, like :func:`torch.softmax` (with ``dtype`` the input is
     cast first). A dim other than the last costs one transposing copy each way."""
-    return torch.ops.fastreduce.softmax.default(input, dim, dtype=dtype)
+    return _softmax(input, dim, dtype=dtype)
 
 
 def causal_softmax(scores: Tensor, scale: float = 1.0) -> Tensor:
     """The GPT-2 attention softmax of ``scores`` shaped ``(..., T, T)``: row ``t`` is
     ``softmax(scale * scores[..., t, :t+1])`` and every entry above the diagonal is
     exactly 0. Reads only the lower triangle."""
-    return torch.ops.fastreduce.causal_softmax.default(scores, scale)
+    return _causal_softmax(scores, scale)
 
 
 # ---- fake kernels
@@ -45,8 +49,9 @@ def _check_floating(name: str, t: Tensor, argument: str) -> None:
     torch._check(t.dtype in FLOATING, lambda: f"{name}: unsupported dtype {t.dtype} for argument '{argument}'")
 
 
-def _stats_dtype(input: Tensor) -> torch.dtype:
-    widen = input.device.type == "cuda" and input.dtype != torch.float64
+def _stats_dtype(input: Tensor, weight: Tensor | None, bias: Tensor | None) -> torch.dtype:
+    mixed = any(p is not None and p.dtype != input.dtype for p in (weight, bias))
+    widen = mixed or (input.device.type == "cuda" and input.dtype != torch.float64)
     return torch.float32 if widen else input.dtype
 
 
@@ -60,7 +65,7 @@ def _layer_norm_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         f"shape [*, {list(normalized_shape)}], but got input of size {list(input.shape)}",
     )
     stats_shape = list(input.shape[: input.dim() - k]) + [1] * k
-    stats = input.new_empty(stats_shape, dtype=_stats_dtype(input))
+    stats = input.new_empty(stats_shape, dtype=_stats_dtype(input, weight, bias))
     return input.new_empty(input.shape), stats, torch.empty_like(stats)
 
 
@@ -101,54 +106,3 @@ def _causal_softmax_fake(scores, scale=1.0):
 @torch.library.register_fake("fastreduce::causal_softmax_backward")
 def _causal_softmax_backward_fake(grad_output, output, scale):
     return output.new_empty(output.shape)
-
-
-# ---- autograd
-
-
-def _layer_norm_setup(ctx, inputs, output):
-    input, normalized_shape, weight, bias, _ = inputs
-    _, mean, rstd = output
-    ctx.normalized_shape = normalized_shape
-    ctx.save_for_backward(input, mean, rstd, weight, bias)
-
-
-def _layer_norm_backward(ctx, grad_out, _grad_mean, _grad_rstd):
-    input, mean, rstd, weight, bias = ctx.saved_tensors
-    grad_input, grad_weight, grad_bias = torch.ops.fastreduce.layer_norm_backward.default(
-        grad_out.contiguous(), input, ctx.normalized_shape, mean, rstd, weight, bias
-    )
-    return (
-        grad_input,
-        None,
-        grad_weight if weight is not None else None,
-        grad_bias if bias is not None else None,
-        None,
-    )
-
-
-def _softmax_setup(ctx, inputs, keyword_only_inputs, output):
-    ctx.dim = inputs[1]
-    ctx.input_dtype = inputs[0].dtype
-    ctx.save_for_backward(output)
-
-
-def _softmax_backward(ctx, grad):
-    (output,) = ctx.saved_tensors
-    grad_input = torch.ops.fastreduce.softmax_backward.default(grad.contiguous(), output, ctx.dim)
-    return grad_input.to(ctx.input_dtype), None
-
-
-def _causal_setup(ctx, inputs, output):
-    ctx.scale = inputs[1]
-    ctx.save_for_backward(output)
-
-
-def _causal_backward(ctx, grad):
-    (output,) = ctx.saved_tensors
-    return torch.ops.fastreduce.causal_softmax_backward.default(grad.contiguous(), output, ctx.scale), None
-
-
-torch.library.register_autograd("fastreduce::layer_norm", _layer_norm_backward, setup_context=_layer_norm_setup)
-torch.library.register_autograd("fastreduce::softmax", _softmax_backward, setup_context=_softmax_setup)
-torch.library.register_autograd("fastreduce::causal_softmax", _causal_backward, setup_context=_causal_setup)

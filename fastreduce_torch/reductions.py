@@ -1,4 +1,5 @@
-"""sum, mean, prod, amax and amin: typed wrappers, fake kernels and autograd."""
+"""sum, mean, prod, amax and amin: typed wrappers and fake kernels (autograd
+and autocast are C++ kernels, csrc/torch/autograd.cpp and autocast.cpp)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,9 @@ SUPPORTED_DTYPES = (
 )
 
 
-def _dim_list(dim: DimArg) -> list[int] | None:
-    if dim is None:
-        return None
-    return [dim] if isinstance(dim, int) else list(dim)
+_ops = torch.ops.fastreduce
+_sum, _mean, _prod, _amax, _amin = (_ops.sum.default, _ops.mean.default, _ops.prod.default, _ops.amax.default,
+                                    _ops.amin.default)
 
 
 def sum(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Tensor:
@@ -35,31 +35,31 @@ def sum(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: torc
     Integer and bool inputs give int64 unless ``dtype`` is set; with ``dtype`` the
     input is cast first. Deterministic: the same input gives the same bits.
     """
-    return torch.ops.fastreduce.sum.default(input, _dim_list(dim), keepdim, dtype=dtype)
+    return _sum(input, dim, keepdim, dtype=dtype)
 
 
 def mean(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Tensor:
     """Mean of ``input`` over ``dim``, like :func:`torch.mean`; floating dtypes only
     (or an integer input with a floating ``dtype``). Empty reductions give NaN."""
-    return torch.ops.fastreduce.mean.default(input, _dim_list(dim), keepdim, dtype=dtype)
+    return _mean(input, dim, keepdim, dtype=dtype)
 
 
 def prod(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Tensor:
     """Product of ``input`` over ``dim``, like :func:`torch.prod` but taking a list of
     dims too. Integer and bool inputs give int64 unless ``dtype`` is set."""
-    return torch.ops.fastreduce.prod.default(input, _dim_list(dim), keepdim, dtype=dtype)
+    return _prod(input, dim, keepdim, dtype=dtype)
 
 
 def amax(input: Tensor, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
     """Maximum of ``input`` over ``dim`` (all dims if empty), like :func:`torch.amax`.
     NaN propagates; reducing a dim of size zero raises IndexError."""
-    return torch.ops.fastreduce.amax.default(input, _dim_list(dim), keepdim)
+    return _amax(input, dim, keepdim)
 
 
 def amin(input: Tensor, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
     """Minimum of ``input`` over ``dim`` (all dims if empty), like :func:`torch.amin`.
     NaN propagates; reducing a dim of size zero raises IndexError."""
-    return torch.ops.fastreduce.amin.default(input, _dim_list(dim), keepdim)
+    return _amin(input, dim, keepdim)
 
 
 # ---- fake kernels: shapes, dtypes and errors from torch's own meta functions,
@@ -112,81 +112,6 @@ def _amin_fake(self, dim=(), keepdim=False):
     return _fake_like(torch.amin(self, dim, keepdim), self)
 
 
-# ---- autograd: backward formulas in plain torch ops, so they trace under
-# torch.compile and AOT autograd.
-
-
-def _reduced_dims(ndim: int, dim: list[int] | None) -> list[int]:
-    if not dim:
-        return list(range(ndim))
-    return sorted(d % ndim if ndim else 0 for d in dim)
-
-
-def _setup(ctx, inputs, output, keyword_only_inputs=None):
-    self, dim = inputs[0], inputs[1]
-    keepdim = inputs[2] if len(inputs) > 2 else False
-    ctx.dims = _reduced_dims(self.dim(), dim)
-    ctx.keepdim = keepdim
-    ctx.input_shape = self.shape
-    ctx.input_dtype = self.dtype
-
-
-def _broadcast_back(ctx, grad: Tensor) -> Tensor:
-    """grad of the output, reshaped to broadcast against the input."""
-    if not ctx.keepdim and ctx.input_shape:
-        for d in ctx.dims:
-            grad = grad.unsqueeze(d)
-    return grad
-
-
-def _sum_backward(ctx, grad):
-    return _broadcast_back(ctx, grad).expand(ctx.input_shape).to(ctx.input_dtype), None, None
-
-
-def _mean_backward(ctx, grad):
-    count = 1
-    for d in ctx.dims:
-        count = count * ctx.input_shape[d]
-    return (_broadcast_back(ctx, grad) / count).expand(ctx.input_shape).to(ctx.input_dtype), None, None
-
-
-def _setup_saving_input(ctx, inputs, output, keyword_only_inputs=None):
-    _setup(ctx, inputs, output)
-    ctx.save_for_backward(inputs[0], output)
-
-
-def _product_of_others(x: Tensor, dims: list[int]) -> Tensor:
-    """For each element, the product of the other elements of its reduction
-    (exclusive cumulative products from both ends), exact even with zeros."""
-    if x.dim() == 0:
-        return torch.ones_like(x)
-    kept = [d for d in range(x.dim()) if d not in dims]
-    order = kept + dims
-    permuted = x.permute(order)
-    flat = permuted.reshape(*permuted.shape[: len(kept)], -1)
-    ones = torch.ones_like(flat[..., :1])
-    before = torch.cat([ones, flat[..., :-1]], -1).cumprod(-1)
-    after = torch.cat([flat[..., 1:], ones], -1).flip(-1).cumprod(-1).flip(-1)
-    inverse = [order.index(d) for d in range(x.dim())]
-    return (before * after).reshape(permuted.shape).permute(inverse)
-
-
-def _prod_backward(ctx, grad):
-    x, _ = ctx.saved_tensors
-    others = _product_of_others(x.to(grad.dtype), ctx.dims)
-    return (_broadcast_back(ctx, grad) * others).to(ctx.input_dtype), None, None
-
-
-def _extremum_backward(ctx, grad):
-    # Ties share the gradient evenly, as in torch.
-    x, out = ctx.saved_tensors
-    ties = (x == _broadcast_back(ctx, out)).to(grad.dtype)
-    count = ties.sum(ctx.dims, keepdim=True) if ctx.input_shape else ties
-    return _broadcast_back(ctx, grad) * ties / count, None, None
-
-
-torch.library.register_autograd("fastreduce::sum", _sum_backward, setup_context=_setup)
-torch.library.register_autograd("fastreduce::mean", _mean_backward, setup_context=_setup)
-torch.library.register_autograd("fastreduce::prod", _prod_backward, setup_context=_setup_saving_input)
-torch.library.register_autograd("fastreduce::amax", _extremum_backward, setup_context=_setup_saving_input)
-torch.library.register_autograd("fastreduce::amin", _extremum_backward, setup_context=_setup_saving_input)
+@torch.library.register_fake("fastreduce::prod_backward")
+def _prod_backward_fake(grad, self, result, dim=None, keepdim=False):
+    return self.new_empty(self.shape)

@@ -38,31 +38,49 @@ std::pair<int64_t, int64_t> layer_norm_rows(const at::Tensor& input, at::IntArra
   return {n == 0 ? 0 : input.numel() / n, n};
 }
 
+bool is_half_type(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
+
+// Parameters match the input's dtype, or are float32 beside float16/bfloat16
+// activations (mixed precision), as torch accepts.
 void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
                  const char* op, const char* argument) {
   if (!param.has_value() || !param->defined()) return;
-  check_like(*param, input, op, argument, "input");
+  TORCH_CHECK(param->device() == input.device(), op, ": argument '", argument, "' is on ", to_text(param->device()),
+              " but 'input' is on ", to_text(input.device()));
+  const bool mixed = param->scalar_type() == at::kFloat && is_half_type(input.scalar_type());
+  TORCH_CHECK(param->scalar_type() == input.scalar_type() || mixed, op, ": argument '", argument, "' has dtype ",
+              to_text(param->scalar_type()), " but 'input' has dtype ", to_text(input.scalar_type()),
+              "; expected the same dtype, or float32 parameters with float16/bfloat16 input");
   TORCH_CHECK(param->sizes() == normalized_shape, op, ": argument '", argument, "' has shape ", to_text(param->sizes()),
               " but normalized_shape is ", to_text(normalized_shape));
-}
-
-// mean/rstd: aten's shape (*leading, 1, ..., 1); float for half types on CUDA
-// (the accumulator), the input dtype on the CPU, as aten does.
-at::Tensor stats_tensor(const at::Tensor& input, int64_t k) {
-  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end() - k);
-  shape.insert(shape.end(), k, 1);
-  const bool widen = input.is_cuda() && input.scalar_type() != at::kDouble;
-  return at::empty(shape, input.options().dtype(widen ? at::kFloat : input.scalar_type()));
 }
 
 const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? &*t : nullptr;
 }
 
-// The kernels take an undefined tensor for "no weight/bias".
-at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
+bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                     const std::optional<at::Tensor>& bias) {
+  const at::Tensor* w = defined_or_null(weight);
+  const at::Tensor* b = defined_or_null(bias);
+  return (w && w->scalar_type() != input.scalar_type()) || (b && b->scalar_type() != input.scalar_type());
+}
+
+// mean/rstd: aten's shape (*leading, 1, ..., 1); float for half types on CUDA
+// (the accumulator) and beside float32 parameters, the input dtype otherwise,
+// as aten does.
+at::Tensor stats_tensor(const at::Tensor& input, int64_t k, bool mixed) {
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end() - k);
+  shape.insert(shape.end(), k, 1);
+  const bool widen = mixed || (input.is_cuda() && input.scalar_type() != at::kDouble);
+  return at::empty(shape, input.options().dtype(widen ? at::kFloat : input.scalar_type()));
+}
+
+// The kernels take the parameters in the input's dtype (a copy of n elements
+// for float32 parameters beside half activations), undefined for none.
+at::Tensor kernel_param(const std::optional<at::Tensor>& t, const at::Tensor& input) {
   const at::Tensor* defined = defined_or_null(t);
-  return defined ? defined->contiguous() : at::Tensor();
+  return defined ? defined->to(input.scalar_type()).contiguous() : at::Tensor();
 }
 
 }  // namespace
@@ -77,11 +95,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& inpu
   const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
   const at::Tensor x = input.contiguous();
   at::Tensor y = at::empty_like(x);
-  at::Tensor mean = stats_tensor(input, normalized_shape.size());
+  at::Tensor mean = stats_tensor(input, normalized_shape.size(), has_float_param(input, weight, bias));
   at::Tensor rstd = at::empty_like(mean);
   const NormArgs args{rows, n, 0, eps};
-  const at::Tensor w = contiguous_or_undefined(weight);
-  const at::Tensor b = contiguous_or_undefined(bias);
+  const at::Tensor w = kernel_param(weight, input);
+  const at::Tensor b = kernel_param(bias, input);
   if (input.is_cuda()) layer_norm_forward_cuda(x, w, b, y, mean, rstd, args);
   else layer_norm_forward_cpu(x, w, b, y, mean, rstd, args);
   return {y, mean, rstd};
@@ -103,18 +121,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   const at::Tensor* w = defined_or_null(weight);
   const at::Tensor* b = defined_or_null(bias);
   at::Tensor dx = at::empty_like(x);
-  // Parameter gradients in the accumulator type, cast to the parameter dtype.
-  const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor dw = at::empty(w ? normalized_shape : at::IntArrayRef{0}, input.options().dtype(acc));
-  at::Tensor db = at::empty(b ? normalized_shape : at::IntArrayRef{0}, input.options().dtype(acc));
+  // The kernels make dweight and dbias together, in the accumulator type;
+  // each is cast to its parameter's dtype and returned when that parameter
+  // exists (an empty tensor otherwise).
+  at::Tensor dw, db;
+  if (w || b) {
+    const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    dw = at::empty(normalized_shape, input.options().dtype(acc));
+    db = at::empty(normalized_shape, input.options().dtype(acc));
+  }
   const NormArgs args{rows, n, 0, 0};
-  const at::Tensor weight_c = contiguous_or_undefined(weight);
-  if (input.is_cuda()) layer_norm_backward_cuda(dy, x, mean, rstd, weight_c, dx, w || b ? &dw : nullptr,
+  const at::Tensor kernel_weight = kernel_param(weight, input);
+  if (input.is_cuda()) layer_norm_backward_cuda(dy, x, mean, rstd, kernel_weight, dx, w || b ? &dw : nullptr,
                                                 w || b ? &db : nullptr, args);
-  else layer_norm_backward_cpu(dy, x, mean, rstd, weight_c, dx, w || b ? &dw : nullptr, w || b ? &db : nullptr,
-                               args);
-  return {dx, w ? dw.to(w->scalar_type()) : dw.new_empty({0}, input.scalar_type()),
-          b ? db.to(b->scalar_type()) : db.new_empty({0}, input.scalar_type())};
+  else layer_norm_backward_cpu(dy, x, mean, rstd, kernel_weight, dx, w || b ? &dw : nullptr,
+                               w || b ? &db : nullptr, args);
+  const auto none = input.new_empty({0});
+  return {dx, w ? dw.to(w->scalar_type()) : none, b ? db.to(b->scalar_type()) : none};
 }
 
 namespace {

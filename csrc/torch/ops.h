@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <optional>
 #include <tuple>
@@ -15,6 +16,8 @@ at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdi
                 std::optional<at::ScalarType> dtype);
 at::Tensor prod(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                 std::optional<at::ScalarType> dtype);
+at::Tensor prod_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& result,
+                         at::OptionalIntArrayRef dim, bool keepdim);
 at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 
@@ -31,5 +34,11 @@ at::Tensor causal_softmax_backward(const at::Tensor& grad_output, const at::Tens
 
 at::Tensor sum_variant(const at::Tensor& self, c10::string_view variant);
 at::Tensor read_probe(const at::Tensor& self);
+
+// Autograd (autograd.cpp) and autocast (autocast.cpp) kernels of every
+// differentiable operator, added to the registration blocks.
+void register_autograd(torch::Library& m);
+void register_autocast_cuda(torch::Library& m);
+void register_autocast_cpu(torch::Library& m);
 
 }  // namespace fastreduce

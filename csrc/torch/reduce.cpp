@@ -91,20 +91,26 @@ at::Scalar empty_value(ReduceKind kind) {
 
 bool is_wide_integer_result(ReduceKind kind) { return kind == ReduceKind::Sum || kind == ReduceKind::Prod; }
 
-// x is already cast to the compute dtype; out_dtype is what the user gets.
-at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::OptionalIntArrayRef dim,
-                  bool keepdim, at::ScalarType out_dtype) {
-  to_dtype(x.scalar_type(), op);
+// The dims a reduction folds: those in `dim`, or all when it is None or empty.
+std::bitset<kMaxDims> reduced_dims(int64_t ndim, at::OptionalIntArrayRef dim) {
   std::bitset<kMaxDims> reduced;
   if (dim.has_value() && !dim->empty()) {
     for (int64_t d : *dim) {
-      const int64_t wrapped = wrap_dim(d, x.dim());
+      const int64_t wrapped = wrap_dim(d, ndim);
       TORCH_CHECK(!reduced[wrapped], "dim ", to_text(wrapped), " appears multiple times in the list of dims");
       reduced.set(wrapped);
     }
   } else {
-    for (int64_t d = 0; d < std::max<int64_t>(x.dim(), 1); ++d) reduced.set(d);
+    for (int64_t d = 0; d < std::max<int64_t>(ndim, 1); ++d) reduced.set(d);
   }
+  return reduced;
+}
+
+// x is already cast to the compute dtype; out_dtype is what the user gets.
+at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::OptionalIntArrayRef dim,
+                  bool keepdim, at::ScalarType out_dtype) {
+  to_dtype(x.scalar_type(), op);
+  const std::bitset<kMaxDims> reduced = reduced_dims(x.dim(), dim);
   const auto shape = output_shape(x, reduced, keepdim);
 
   if (kind == ReduceKind::Max || kind == ReduceKind::Min) {
@@ -170,6 +176,38 @@ at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdi
               "mean(): could not infer output dtype. ", dtype.has_value() ? "Optional" : "Input",
               " dtype must be either a floating point or complex dtype. Got: ", c10::toString(compute));
   return reduce(ReduceKind::Mean, "mean", self.to(compute), dim, keepdim, compute);
+}
+
+// d prod / d x_i is the product of the other elements of x_i's reduction.
+// With no zero there that is result / x_i (as aten computes it); with one
+// zero, the zero's gradient is the product of the non-zero elements and the
+// others' is 0; with two or more, every gradient is 0. Computed in the
+// gradient's dtype without a host sync: two reductions (fastreduce kernels)
+// and one element-wise pass.
+at::Tensor prod_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& result,
+                         at::OptionalIntArrayRef dim, bool keepdim) {
+  const char* op = "prod_backward";
+  TORCH_CHECK(at::isFloatingType(grad.scalar_type()), op, ": argument 'grad' must be floating, got ",
+              to_text(grad.scalar_type()));
+  TORCH_CHECK(grad.sizes() == result.sizes(), op, ": argument 'grad' has shape ", to_text(grad.sizes()),
+              " but 'result' has shape ", to_text(result.sizes()));
+  const at::Tensor x = self.to(grad.scalar_type());
+  auto broadcast = [&](at::Tensor t) {
+    if (!keepdim && self.dim() > 0) {
+      std::bitset<kMaxDims> reduced = reduced_dims(self.dim(), dim);
+      for (int64_t d = 0; d < self.dim(); ++d)
+        if (reduced[d]) t = t.unsqueeze(d);
+    }
+    return t;
+  };
+  const at::Tensor zero = x == 0;
+  const at::Tensor zeros = broadcast(reduce(ReduceKind::Sum, op, zero, dim, keepdim, at::kLong));
+  const at::Tensor nonzero_product =
+      broadcast(reduce(ReduceKind::Prod, op, at::where(zero, at::ones({}, x.options()), x), dim, keepdim,
+                       x.scalar_type()));
+  const at::Tensor others = at::where(zeros == 0, nonzero_product / x,
+                                      at::where(zero.logical_and(zeros == 1), nonzero_product, 0));
+  return (broadcast(grad) * others).to(self.scalar_type());
 }
 
 at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {

@@ -32,6 +32,7 @@ TORCH_LIBRARY(fastreduce, m) {
   m.def("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
   m.def("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
   m.def("prod(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
+  m.def("prod_backward(Tensor grad, Tensor self, Tensor result, int[1]? dim=None, bool keepdim=False) -> Tensor");
   m.def("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
   m.def("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
   m.def(
@@ -52,6 +53,7 @@ TORCH_LIBRARY(fastreduce, m) {
   m.impl("sum", &fastreduce::sum);                 \
   m.impl("mean", &fastreduce::mean);               \
   m.impl("prod", &fastreduce::prod);               \
+  m.impl("prod_backward", &fastreduce::prod_backward); \
   m.impl("amax", &fastreduce::amax);               \
   m.impl("amin", &fastreduce::amin);               \
   m.impl("layer_norm", &fastreduce::layer_norm);   \
@@ -68,3 +70,7 @@ TORCH_LIBRARY_IMPL(fastreduce, CPU, m) { FASTREDUCE_IMPLS(m) }
 #ifdef FASTREDUCE_WITH_CUDA
 TORCH_LIBRARY_IMPL(fastreduce, CUDA, m) { FASTREDUCE_IMPLS(m) }
 #endif
+
+TORCH_LIBRARY_IMPL(fastreduce, Autograd, m) { fastreduce::register_autograd(m); }
+TORCH_LIBRARY_IMPL(fastreduce, AutocastCUDA, m) { fastreduce::register_autocast_cuda(m); }
+TORCH_LIBRARY_IMPL(fastreduce, AutocastCPU, m) { fastreduce::register_autocast_cpu(m); }

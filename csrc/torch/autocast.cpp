@@ -1,0 +1,99 @@
+// Autocast for the operators whose aten counterparts autocast touches, with
+// the same policies (ATen's autocast_mode.cpp), so a model keeps its output
+// dtypes when fastreduce is swapped in:
+//   CUDA: layer_norm runs in float32 (fp32); sum, prod and softmax take
+//         dtype=float32 when none is given (fp32_set_opt_dtype), and
+//         causal_softmax, a softmax without a dtype argument, likewise runs
+//         in float32. mean, amax and amin fall through (not listed by aten).
+//   CPU:  prod runs in float32 (fp32); the rest fall through, as aten's do.
+// Ops with no kernel here fall through to the next key.
+#include <ATen/autocast_mode.h>
+
+#include "dispatch.h"
+#include "ops.h"
+
+namespace fastreduce {
+namespace {
+
+using c10::DeviceType;
+
+template <DeviceType Device>
+struct AutocastOff {
+  c10::impl::ExcludeDispatchKeyGuard guard{at::autocast::get_autocast_dispatch_key_from_device_type(Device)};
+};
+
+template <DeviceType Device>
+at::Tensor to_float(const at::Tensor& t) {
+  return at::autocast::cached_cast(at::kFloat, t, Device);
+}
+
+template <DeviceType Device>
+std::optional<at::Tensor> to_float(const std::optional<at::Tensor>& t) {
+  return at::autocast::cached_cast(at::kFloat, t, Device);
+}
+
+// fp32_set_opt_dtype: float32 unless the caller named a dtype, when the input
+// is a floating tensor of the autocast device.
+template <DeviceType Device>
+std::optional<at::ScalarType> float_unless_given(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  if (dtype.has_value() || !at::autocast::is_autocast_eligible(self, Device)) return dtype;
+  return at::kFloat;
+}
+
+template <DeviceType Device>
+at::Tensor sum_autocast(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                        std::optional<at::ScalarType> dtype) {
+  AutocastOff<Device> off;
+  return call_sum(self, dim, keepdim, float_unless_given<Device>(self, dtype));
+}
+
+template <DeviceType Device>
+at::Tensor prod_set_dtype_autocast(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                                   std::optional<at::ScalarType> dtype) {
+  AutocastOff<Device> off;
+  return call_prod(self, dim, keepdim, float_unless_given<Device>(self, dtype));
+}
+
+template <DeviceType Device>
+at::Tensor prod_fp32_autocast(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                              std::optional<at::ScalarType> dtype) {
+  AutocastOff<Device> off;
+  return call_prod(to_float<Device>(self), dim, keepdim, dtype);
+}
+
+template <DeviceType Device>
+at::Tensor softmax_autocast(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  AutocastOff<Device> off;
+  return call_softmax(self, dim, float_unless_given<Device>(self, dtype));
+}
+
+template <DeviceType Device>
+at::Tensor causal_softmax_autocast(const at::Tensor& scores, double scale) {
+  AutocastOff<Device> off;
+  return call_causal_softmax(to_float<Device>(scores), scale);
+}
+
+template <DeviceType Device>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_autocast(const at::Tensor& input,
+                                                                   at::IntArrayRef normalized_shape,
+                                                                   const std::optional<at::Tensor>& weight,
+                                                                   const std::optional<at::Tensor>& bias, double eps) {
+  AutocastOff<Device> off;
+  return call_layer_norm(to_float<Device>(input), normalized_shape, to_float<Device>(weight), to_float<Device>(bias),
+                         eps);
+}
+
+}  // namespace
+
+void register_autocast_cuda(torch::Library& m) {
+  constexpr auto cuda = DeviceType::CUDA;
+  m.impl("sum", &sum_autocast<cuda>);
+  m.impl("prod", &prod_set_dtype_autocast<cuda>);
+  m.impl("softmax", &softmax_autocast<cuda>);
+  m.impl("causal_softmax", &causal_softmax_autocast<cuda>);
+  m.impl("layer_norm", &layer_norm_autocast<cuda>);
+}
+
+void register_autocast_cpu(torch::Library& m) { m.impl("prod", &prod_fp32_autocast<DeviceType::CPU>); }
+
+}  // namespace fastreduce

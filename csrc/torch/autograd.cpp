@@ -1,0 +1,291 @@
+// Autograd for every differentiable operator, at the Autograd dispatch key as
+// aten's own ops have it. A call whose inputs need no gradient goes straight
+// to the kernels; otherwise a torch::autograd::Function records a backward
+// that calls registered operators (fastreduce's backward ops, or aten's), so
+// torch.compile, AOT autograd and export trace it like any other op.
+#include <torch/autograd.h>
+
+#include <algorithm>
+
+#include "common.h"
+#include "dispatch.h"
+
+namespace fastreduce {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool wants_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
+bool wants_grad(const std::optional<at::Tensor>& t) { return t.has_value() && wants_grad(*t); }
+
+template <typename... Tensors>
+bool any_wants_grad(const Tensors&... tensors) {
+  return at::GradMode::is_enabled() && (wants_grad(tensors) || ...);
+}
+
+at::Tensor or_undefined(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
+std::optional<at::Tensor> or_none(const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; }
+
+// ---- reductions: the forward saves the reduced dims and the input's shape
+// and dtype; each backward broadcasts the output gradient back.
+
+std::vector<int64_t> reduced_dim_list(int64_t ndim, at::OptionalIntArrayRef dim) {
+  std::vector<int64_t> dims;
+  if (dim.has_value() && !dim->empty()) {
+    for (int64_t d : *dim) dims.push_back(wrap_dim(d, ndim));
+  } else {
+    for (int64_t d = 0; d < ndim; ++d) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+void save_reduction(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  ctx->saved_data["dims"] = reduced_dim_list(self.dim(), dim);
+  ctx->saved_data["keepdim"] = keepdim;
+  ctx->saved_data["sizes"] = self.sym_sizes();
+  ctx->saved_data["dtype"] = self.scalar_type();
+}
+
+// The output gradient with the reduced dims back as size 1.
+at::Tensor unsqueeze_reduced(AutogradContext* ctx, at::Tensor grad) {
+  if (ctx->saved_data["keepdim"].toBool()) return grad;
+  for (int64_t d : ctx->saved_data["dims"].toIntVector()) grad = grad.unsqueeze(d);
+  return grad;
+}
+
+at::Tensor expand_to_input(AutogradContext* ctx, const at::Tensor& grad) {
+  return unsqueeze_reduced(ctx, grad).expand_symint(ctx->saved_data["sizes"].toSymIntVector());
+}
+
+at::ScalarType input_dtype(AutogradContext* ctx) { return ctx->saved_data["dtype"].toScalarType(); }
+
+struct SumFunction : torch::autograd::Function<SumFunction> {
+  static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<at::ScalarType> dtype) {
+    return call_sum(self, dim, keepdim, dtype);
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<at::ScalarType> dtype) {
+    save_reduction(ctx, self, dim, keepdim);
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op_call(self, dim, keepdim, dtype);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {expand_to_input(ctx, grads[0]).to(input_dtype(ctx)), {}, {}, {}};
+  }
+};
+
+struct MeanFunction : torch::autograd::Function<MeanFunction> {
+  static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<at::ScalarType> dtype) {
+    return call_mean(self, dim, keepdim, dtype);
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<at::ScalarType> dtype) {
+    save_reduction(ctx, self, dim, keepdim);
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op_call(self, dim, keepdim, dtype);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto sizes = ctx->saved_data["sizes"].toSymIntVector();
+    c10::SymInt count = 1;
+    for (int64_t d : ctx->saved_data["dims"].toIntVector()) count = count * sizes[d];
+    return {(expand_to_input(ctx, grads[0]) / count).to(input_dtype(ctx)), {}, {}, {}};
+  }
+};
+
+struct ProdFunction : torch::autograd::Function<ProdFunction> {
+  static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<at::ScalarType> dtype) {
+    return call_prod(self, dim, keepdim, dtype);
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<at::ScalarType> dtype) {
+    at::Tensor result;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      result = op_call(self, dim, keepdim, dtype);
+    }
+    ctx->saved_data["dim"] = dim.has_value() ? c10::IValue(*dim) : c10::IValue();
+    ctx->saved_data["keepdim"] = keepdim;
+    ctx->save_for_backward({self, result});
+    return result;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& dim = ctx->saved_data["dim"];
+    const std::vector<int64_t> dims = dim.isNone() ? std::vector<int64_t>() : dim.toIntVector();
+    const at::OptionalIntArrayRef dim_arg = dim.isNone() ? at::OptionalIntArrayRef() : at::IntArrayRef(dims);
+    return {call_prod_backward(grads[0], saved[0], saved[1], dim_arg, ctx->saved_data["keepdim"].toBool()), {}, {},
+            {}};
+  }
+};
+
+// amax and amin: ties share the gradient evenly, as in torch.
+template <bool IsMax>
+struct ExtremumFunction : torch::autograd::Function<ExtremumFunction<IsMax>> {
+  static at::Tensor op_call(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+    if constexpr (IsMax) {
+      return call_amax(self, dim, keepdim);
+    } else {
+      return call_amin(self, dim, keepdim);
+    }
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+    at::Tensor result;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      result = op_call(self, dim, keepdim);
+    }
+    save_reduction(ctx, self, dim, keepdim);
+    ctx->save_for_backward({self, result});
+    return result;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor ties = saved[0].eq(unsqueeze_reduced(ctx, saved[1])).to(grads[0].scalar_type());
+    const at::Tensor count = ties.sum(ctx->saved_data["dims"].toIntVector(), /*keepdim=*/true);
+    return {unsqueeze_reduced(ctx, grads[0]) * ties / count, {}, {}};
+  }
+};
+
+// ---- normalisations: the backward ops take what the forward saved.
+
+struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> op_call(const at::Tensor& input,
+                                                                at::IntArrayRef normalized_shape,
+                                                                const std::optional<at::Tensor>& weight,
+                                                                const std::optional<at::Tensor>& bias, double eps) {
+    return call_layer_norm(input, normalized_shape, weight, bias, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                               const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                               double eps) {
+    at::Tensor out, mean, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(out, mean, rstd) = op_call(input, normalized_shape, weight, bias, eps);
+    }
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->save_for_backward({input, mean, rstd, or_undefined(weight), or_undefined(bias)});
+    ctx->mark_non_differentiable({mean, rstd});
+    return {out, mean, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &weight = saved[3], &bias = saved[4];
+    auto [dx, dweight, dbias] =
+        call_layer_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(), saved[1],
+                                 saved[2], or_none(weight), or_none(bias));
+    return {dx, {}, weight.defined() ? dweight : at::Tensor(), bias.defined() ? dbias : at::Tensor(), {}};
+  }
+};
+
+struct SoftmaxFunction : torch::autograd::Function<SoftmaxFunction> {
+  static at::Tensor op_call(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+    return call_softmax(self, dim, dtype);
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, int64_t dim,
+                            std::optional<at::ScalarType> dtype) {
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = op_call(self, dim, dtype);
+    }
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["dtype"] = self.scalar_type();
+    ctx->save_for_backward({out});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor out = ctx->get_saved_variables()[0];
+    const at::Tensor dx = call_softmax_backward(grads[0], out, ctx->saved_data["dim"].toInt());
+    return {dx.to(input_dtype(ctx)), {}, {}};
+  }
+};
+
+struct CausalSoftmaxFunction : torch::autograd::Function<CausalSoftmaxFunction> {
+  static at::Tensor op_call(const at::Tensor& scores, double scale) {
+    return call_causal_softmax(scores, scale);
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& scores, double scale) {
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      out = op_call(scores, scale);
+    }
+    ctx->saved_data["scale"] = scale;
+    ctx->save_for_backward({out});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor out = ctx->get_saved_variables()[0];
+    return {call_causal_softmax_backward(grads[0], out, ctx->saved_data["scale"].toDouble()), {}};
+  }
+};
+
+// ---- the Autograd-key kernels: the Function only when a gradient is wanted.
+
+template <typename F>
+at::Tensor reduction_autograd(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                              std::optional<at::ScalarType> dtype) {
+  if (!any_wants_grad(self)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return F::op_call(self, dim, keepdim, dtype);
+  }
+  return F::apply(self, dim, keepdim, dtype);
+}
+
+template <bool IsMax>
+at::Tensor extremum_autograd(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  if (!any_wants_grad(self)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return ExtremumFunction<IsMax>::op_call(self, dim, keepdim);
+  }
+  return ExtremumFunction<IsMax>::apply(self, dim, keepdim);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_autograd(const at::Tensor& input,
+                                                                   at::IntArrayRef normalized_shape,
+                                                                   const std::optional<at::Tensor>& weight,
+                                                                   const std::optional<at::Tensor>& bias, double eps) {
+  if (!any_wants_grad(input, weight, bias)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return LayerNormFunction::op_call(input, normalized_shape, weight, bias, eps);
+  }
+  const auto outputs = LayerNormFunction::apply(input, normalized_shape, weight, bias, eps);
+  return {outputs[0], outputs[1], outputs[2]};
+}
+
+at::Tensor softmax_autograd(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  if (!any_wants_grad(self)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return SoftmaxFunction::op_call(self, dim, dtype);
+  }
+  return SoftmaxFunction::apply(self, dim, dtype);
+}
+
+at::Tensor causal_softmax_autograd(const at::Tensor& scores, double scale) {
+  if (!any_wants_grad(scores)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return CausalSoftmaxFunction::op_call(scores, scale);
+  }
+  return CausalSoftmaxFunction::apply(scores, scale);
+}
+
+}  // namespace
+
+void register_autograd(torch::Library& m) {
+  m.impl("sum", &reduction_autograd<SumFunction>);
+  m.impl("mean", &reduction_autograd<MeanFunction>);
+  m.impl("prod", &reduction_autograd<ProdFunction>);
+  m.impl("amax", &extremum_autograd<true>);
+  m.impl("amin", &extremum_autograd<false>);
+  m.impl("layer_norm", &layer_norm_autograd);
+  m.impl("softmax", &softmax_autograd);
+  m.impl("causal_softmax", &causal_softmax_autograd);
+}
+
+}  // namespace fastreduce
