@@ -7,6 +7,7 @@ architectures (default 8.0;9.0).
 
 import glob
 import os
+import platform
 import re
 import subprocess
 
@@ -57,9 +58,18 @@ def want_cuda():
     return True
 
 
+def cpu_vector_flags():
+    """at::vec compiles to scalar loops unless a CPU capability is named: on
+    x86-64 the CPU kernels use AVX2, FMA and F16C (every x86-64 server since
+    2013). FASTREDUCE_CPU_AVX2=0 builds the portable scalar form instead."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or os.environ.get("FASTREDUCE_CPU_AVX2", "1") == "0":
+        return []
+    return ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
+
+
 def extension():
     sources = sorted(glob.glob("csrc/torch/*.cpp"))
-    cxx = ["-O3"]  # torch picks the C++ standard its headers need
+    cxx = ["-O3"] + cpu_vector_flags()  # torch picks the C++ standard its headers need
     if not want_cuda():
         sources = [s for s in sources if not s.endswith("_cuda.cpp")]
         return cpp_extension.CppExtension("fastreduce_torch._C", sources, extra_compile_args={"cxx": cxx})

@@ -1,38 +1,244 @@
 // CPU layer_norm and softmax, row by row with the same formulas as the CUDA
-// kernels, accumulating in float (double for double inputs).
+// kernels, on at::vec vectors in float (double for double inputs);
+// float16/bfloat16 rows are widened into a per-thread buffer first.
 #include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common.h"
+#include "cpu_vec.h"
 
 namespace fastreduce {
 namespace {
 
+using cpu::Vec;
+
 // Rows per parallel task: about 32K elements.
 int64_t grain(int64_t n) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)); }
 
-// Sum of f(0..n) in blocks of 128: error grows with n / 128 + 128, not n.
-template <typename A, typename F>
-A blocked_sum(int64_t n, F&& f) {
-  A total = 0;
-  for (int64_t start = 0; start < n; start += 128) {
-    A part = 0;
-    for (int64_t i = start; i < std::min(n, start + 128); ++i) part += f(i);
-    total += part;
-  }
-  return total;
+template <typename A>
+Vec<A> vec_exp(const Vec<A>& v) {
+  if constexpr (std::is_same_v<A, float>) return v.exp_u20();
+  else return v.exp();
 }
 
-at::ScalarType acc_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+// f(i, count) over whole vectors, then once for the tail with count < size:
+// loadu/store with a count, lanes past it zero, so f is written once.
+template <typename A, typename F>
+void for_each_vector(int64_t n, F&& f) {
+  using V = Vec<A>;
+  int64_t i = 0;
+  for (; i + V::size() <= n; i += V::size()) f(i, V::size());
+  if (i < n) f(i, n - i);
+}
 
-template <typename F>
-void for_each_row(const NormArgs& args, F&& f) {
-  at::parallel_for(0, args.rows, grain(args.n), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) f(r, args.causal ? r % args.causal + 1 : args.n);
+// The row's accumulator values: the data itself for float and double, a
+// widened copy for half types.
+template <typename T, typename A = at::opmath_type<T>>
+struct RowBuffers {
+  std::vector<A> in, grad, out;
+};
+
+// Writes the accumulator row `values` (may alias `out` for float types) as T.
+template <typename T, typename A>
+void store_row(const A* values, T* out, int64_t n) {
+  cpu::narrow(values, out, n);
+}
+
+// The row buffer results are computed into: the output row itself when T is
+// the accumulator type.
+template <typename T, typename A>
+A* output_row(T* out, std::vector<A>& buffer, int64_t n) {
+  if constexpr (std::is_same_v<T, A>) {
+    return out;
+  } else {
+    buffer.resize(n);
+    return buffer.data();
+  }
+}
+
+template <typename T, typename S>
+void layer_norm_forward_rows(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y,
+                             S* means, S* rstds, const NormArgs& args) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  const int64_t n = args.n;
+  std::vector<A> w_buffer, b_buffer;
+  const A* w = weight.defined() ? cpu::widen(weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
+  const A* b = bias.defined() ? cpu::widen(bias.const_data_ptr<T>(), n, b_buffer) : nullptr;
+  const T* xs = x.const_data_ptr<T>();
+  T* ys = y.data_ptr<T>();
+  const A eps = static_cast<A>(args.scalar);
+  at::parallel_for(0, args.rows, grain(n), [&](int64_t begin, int64_t end) {
+    RowBuffers<T> buffers;
+    for (int64_t r = begin; r < end; ++r) {
+      const A* row = cpu::widen(xs + r * n, n, buffers.in);
+      const A mu = cpu::sum(row, n) / n;
+      const A squares = at::vec::map_reduce_all<A>(
+          [mu](V v) { return (v - V(mu)) * (v - V(mu)); }, [](V a, V b) { return a + b; }, row, n);
+      const A inv = A(1) / std::sqrt(squares / n + eps);
+      A* out = output_row(ys + r * n, buffers.out, n);
+      for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+        V v = (V::loadu(row + i, count) - V(mu)) * V(inv);
+        if (w) v = v * V::loadu(w + i, count);
+        if (b) v = v + V::loadu(b + i, count);
+        v.store(out + i, count);
+      });
+      store_row(out, ys + r * n, n);
+      means[r] = static_cast<S>(mu);
+      rstds[r] = static_cast<S>(inv);
+    }
+  });
+}
+
+// Rows per dweight/dbias partial: fixed by the shape (at most 256 partials),
+// never by the thread count, so the sums are reproducible.
+int64_t rows_per_partial(int64_t rows) { return std::max<int64_t>(32, (rows + 255) / 256); }
+
+template <typename T>
+void layer_norm_backward_rows(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
+                              const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& dx,
+                              at::Tensor* dweight, at::Tensor* dbias, const NormArgs& args) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  const int64_t n = args.n, rows = args.rows;
+  const at::Tensor mean_acc = mean.to(c10::CppTypeToScalarType<A>::value).contiguous();
+  const at::Tensor rstd_acc = rstd.to(c10::CppTypeToScalarType<A>::value).contiguous();
+  const A* mu = mean_acc.const_data_ptr<A>();
+  const A* inv = rstd_acc.const_data_ptr<A>();
+  std::vector<A> w_buffer;
+  const A* w = weight.defined() ? cpu::widen(weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
+  const T* xs = x.const_data_ptr<T>();
+  const T* gs = dy.const_data_ptr<T>();
+  T* dxs = dx.data_ptr<T>();
+
+  const int64_t per_partial = rows_per_partial(rows);
+  const int64_t partials = (rows + per_partial - 1) / per_partial;
+  std::vector<A> dw_partial(dweight ? partials * n : 0), db_partial(dweight ? partials * n : 0);
+  at::parallel_for(0, partials, 1, [&](int64_t begin, int64_t end) {
+    RowBuffers<T> buffers;
+    std::vector<A> g_buffer(n);
+    for (int64_t p = begin; p < end; ++p) {
+      A* dw = dweight ? dw_partial.data() + p * n : nullptr;
+      A* db = dweight ? db_partial.data() + p * n : nullptr;
+      if (dweight) {
+        std::fill(dw, dw + n, A(0));
+        std::fill(db, db + n, A(0));
+      }
+      for (int64_t r = p * per_partial; r < std::min(rows, (p + 1) * per_partial); ++r) {
+        const A* xrow = cpu::widen(xs + r * n, n, buffers.in);
+        const A* grow = cpu::widen(gs + r * n, n, buffers.grad);
+        const V m(mu[r]), s(inv[r]);
+        // g = dy * w, and the two row sums the dx formula needs.
+        A* g = g_buffer.data();
+        V sum_g(0), sum_gx(0);
+        for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+          const V dyv = V::loadu(grow + i, count);
+          const V xhat = (V::loadu(xrow + i, count) - m) * s;
+          const V gv = w ? dyv * V::loadu(w + i, count) : dyv;
+          gv.store(g + i, count);
+          // Tail lanes past `count` load as zero and add nothing.
+          sum_g = sum_g + gv;
+          sum_gx = sum_gx + gv * xhat;
+          if (dweight) {
+            (V::loadu(dw + i, count) + dyv * xhat).store(dw + i, count);
+            (V::loadu(db + i, count) + dyv).store(db + i, count);
+          }
+        });
+        const V mean_g(at::vec::vec_reduce_all([](V a, V b) { return a + b; }, sum_g) / n);
+        const V mean_gx(at::vec::vec_reduce_all([](V a, V b) { return a + b; }, sum_gx) / n);
+        A* out = output_row(dxs + r * n, buffers.out, n);
+        for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+          const V xhat = (V::loadu(xrow + i, count) - m) * s;
+          (s * (V::loadu(g + i, count) - mean_g - xhat * mean_gx)).store(out + i, count);
+        });
+        store_row(out, dxs + r * n, n);
+      }
+    }
+  });
+  if (!dweight) return;
+  // The partials in order, columns in parallel: deterministic.
+  A* dw = dweight->data_ptr<A>();
+  A* db = dbias->data_ptr<A>();
+  at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
+    std::fill(dw + begin, dw + end, A(0));
+    std::fill(db + begin, db + end, A(0));
+    for (int64_t p = 0; p < partials; ++p) {
+      for (int64_t c = begin; c < end; ++c) {
+        dw[c] += dw_partial[p * n + c];
+        db[c] += db_partial[p * n + c];
+      }
+    }
+  });
+}
+
+template <typename T>
+void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& args) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  const T* xs = x.const_data_ptr<T>();
+  T* ys = y.data_ptr<T>();
+  const A scale = static_cast<A>(args.scalar);
+  const int64_t n = args.n;
+  at::parallel_for(0, args.rows, grain(n), [&](int64_t begin, int64_t end) {
+    RowBuffers<T> buffers;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t valid = args.causal ? r % args.causal + 1 : n;
+      const A* row = cpu::widen(xs + r * n, valid, buffers.in);
+      A* out = output_row(ys + r * n, buffers.out, n);
+      // The exponentials go into the output row, then are scaled by 1/sum.
+      V top(-std::numeric_limits<A>::infinity());
+      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+        const V v = V::loadu(row + i, count) * V(scale);
+        top = at::vec::maximum(top, count == V::size() ? v : V::set(top, v, count));
+      });
+      const V row_max(at::vec::vec_reduce_all([](V a, V b) { return at::vec::maximum(a, b); }, top));
+      V total(0);
+      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+        const V e = vec_exp(V::loadu(row + i, count) * V(scale) - row_max);
+        total = total + (count == V::size() ? e : V::set(V(0), e, count));
+        e.store(out + i, count);
+      });
+      const V inv_sum(A(1) / at::vec::vec_reduce_all([](V a, V b) { return a + b; }, total));
+      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+        (V::loadu(out + i, count) * inv_sum).store(out + i, count);
+      });
+      std::fill(out + valid, out + n, A(0));
+      store_row(out, ys + r * n, n);
+    }
+  });
+}
+
+template <typename T>
+void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  const T* ys = y.const_data_ptr<T>();
+  const T* gs = dy.const_data_ptr<T>();
+  T* dxs = dx.data_ptr<T>();
+  const V scale(static_cast<A>(args.scalar));
+  const int64_t n = args.n;
+  at::parallel_for(0, args.rows, grain(n), [&](int64_t begin, int64_t end) {
+    RowBuffers<T> buffers;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t valid = args.causal ? r % args.causal + 1 : n;
+      const A* yrow = cpu::widen(ys + r * n, valid, buffers.in);
+      const A* grow = cpu::widen(gs + r * n, valid, buffers.grad);
+      V dot(0);
+      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+        dot = dot + V::loadu(yrow + i, count) * V::loadu(grow + i, count);
+      });
+      const V row_dot(at::vec::vec_reduce_all([](V a, V b) { return a + b; }, dot));
+      A* out = output_row(dxs + r * n, buffers.out, n);
+      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+        (scale * V::loadu(yrow + i, count) * (V::loadu(grow + i, count) - row_dot)).store(out + i, count);
+      });
+      std::fill(out + valid, out + n, A(0));
+      store_row(out, dxs + r * n, n);
+    }
   });
 }
 
@@ -41,105 +247,32 @@ void for_each_row(const NormArgs& args, F&& f) {
 void layer_norm_forward_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y,
                             at::Tensor& mean, at::Tensor& rstd, const NormArgs& args) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "layer_norm", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const scalar_t* xs = x.const_data_ptr<scalar_t>();
-    const scalar_t* w = weight.defined() ? weight.const_data_ptr<scalar_t>() : nullptr;
-    const scalar_t* b = bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr;
-    scalar_t* ys = y.data_ptr<scalar_t>();
-    auto* means = mean.data_ptr<scalar_t>();
-    auto* rstds = rstd.data_ptr<scalar_t>();
-    const int64_t n = args.n;
-    for_each_row(args, [&](int64_t r, int64_t) {
-      const scalar_t* row = xs + r * n;
-      const A mu = blocked_sum<A>(n, [&](int64_t i) { return static_cast<A>(row[i]); }) / n;
-      const A squares = blocked_sum<A>(n, [&](int64_t i) {
-        const A d = static_cast<A>(row[i]) - mu;
-        return d * d;
-      });
-      const A inv = A(1) / std::sqrt(squares / n + static_cast<A>(args.scalar));
-      for (int64_t i = 0; i < n; ++i) {
-        A v = (static_cast<A>(row[i]) - mu) * inv;
-        if (w) v *= static_cast<A>(w[i]);
-        if (b) v += static_cast<A>(b[i]);
-        ys[r * n + i] = static_cast<scalar_t>(v);
-      }
-      means[r] = static_cast<scalar_t>(mu);
-      rstds[r] = static_cast<scalar_t>(inv);
-    });
+    // Statistics in the input's dtype, or float beside float32 parameters.
+    if (mean.scalar_type() == x.scalar_type()) {
+      layer_norm_forward_rows<scalar_t>(x, weight, bias, y, mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(),
+                                        args);
+    } else {
+      layer_norm_forward_rows<scalar_t>(x, weight, bias, y, mean.data_ptr<float>(), rstd.data_ptr<float>(), args);
+    }
   });
 }
 
 void layer_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
                              const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& dx, at::Tensor* dweight,
                              at::Tensor* dbias, const NormArgs& args) {
-  const at::Tensor mean_acc = mean.to(acc_type(x)).contiguous(), rstd_acc = rstd.to(acc_type(x)).contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "layer_norm_backward", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const scalar_t* xs = x.const_data_ptr<scalar_t>();
-    const scalar_t* gs = dy.const_data_ptr<scalar_t>();
-    const scalar_t* w = weight.defined() ? weight.const_data_ptr<scalar_t>() : nullptr;
-    const A* mu = mean_acc.const_data_ptr<A>();
-    const A* inv = rstd_acc.const_data_ptr<A>();
-    scalar_t* dxs = dx.data_ptr<scalar_t>();
-    const int64_t n = args.n;
-    for_each_row(args, [&](int64_t r, int64_t) {
-      auto g = [&](int64_t i) { return static_cast<A>(gs[r * n + i]) * (w ? static_cast<A>(w[i]) : A(1)); };
-      auto xhat = [&](int64_t i) { return (static_cast<A>(xs[r * n + i]) - mu[r]) * inv[r]; };
-      const A sum_g = blocked_sum<A>(n, g);
-      const A sum_gx = blocked_sum<A>(n, [&](int64_t i) { return g(i) * xhat(i); });
-      for (int64_t i = 0; i < n; ++i) {
-        dxs[r * n + i] = static_cast<scalar_t>(inv[r] * (g(i) - sum_g / n - xhat(i) * sum_gx / n));
-      }
-    });
-    if (!dweight) return;
-    // Columns in parallel, rows in order within each: deterministic.
-    A* dw = dweight->data_ptr<A>();
-    A* db = dbias->data_ptr<A>();
-    at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        dw[c] = blocked_sum<A>(args.rows, [&](int64_t r) {
-          return static_cast<A>(gs[r * n + c]) * (static_cast<A>(xs[r * n + c]) - mu[r]) * inv[r];
-        });
-        db[c] = blocked_sum<A>(args.rows, [&](int64_t r) { return static_cast<A>(gs[r * n + c]); });
-      }
-    });
+    layer_norm_backward_rows<scalar_t>(dy, x, mean, rstd, weight, dx, dweight, dbias, args);
   });
 }
 
 void softmax_forward_cpu(const at::Tensor& x, at::Tensor& y, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "softmax", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const scalar_t* xs = x.const_data_ptr<scalar_t>();
-    scalar_t* ys = y.data_ptr<scalar_t>();
-    const A scale = static_cast<A>(args.scalar);
-    const int64_t n = args.n;
-    for_each_row(args, [&](int64_t r, int64_t valid) {
-      const scalar_t* row = xs + r * n;
-      A top = MaxOp<A>::identity();
-      for (int64_t i = 0; i < valid; ++i) top = MaxOp<A>::combine(top, scale * static_cast<A>(row[i]));
-      const A sum = blocked_sum<A>(valid, [&](int64_t i) { return std::exp(scale * static_cast<A>(row[i]) - top); });
-      for (int64_t i = 0; i < n; ++i)
-        ys[r * n + i] = static_cast<scalar_t>(i < valid ? std::exp(scale * static_cast<A>(row[i]) - top) / sum : A(0));
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "softmax",
+                                  [&] { softmax_forward_rows<scalar_t>(x, y, args); });
 }
 
 void softmax_backward_cpu(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, y.scalar_type(), "softmax_backward", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const scalar_t* ys = y.const_data_ptr<scalar_t>();
-    const scalar_t* gs = dy.const_data_ptr<scalar_t>();
-    scalar_t* dxs = dx.data_ptr<scalar_t>();
-    const A scale = static_cast<A>(args.scalar);
-    const int64_t n = args.n;
-    for_each_row(args, [&](int64_t r, int64_t valid) {
-      const A dot = blocked_sum<A>(
-          valid, [&](int64_t i) { return static_cast<A>(ys[r * n + i]) * static_cast<A>(gs[r * n + i]); });
-      for (int64_t i = 0; i < n; ++i)
-        dxs[r * n + i] = static_cast<scalar_t>(
-            i < valid ? scale * static_cast<A>(ys[r * n + i]) * (static_cast<A>(gs[r * n + i]) - dot) : A(0));
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, y.scalar_type(), "softmax_backward",
+                                  [&] { softmax_backward_rows<scalar_t>(dy, y, dx, args); });
 }
 
 }  // namespace fastreduce
