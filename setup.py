@@ -67,12 +67,20 @@ def cpu_vector_flags():
     return ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
 
 
+def openmp_flags():
+    """at::parallel_for is inline: without OpenMP in our own build it runs on
+    one thread. torch's libgomp.so.1 is already loaded and serves ours."""
+    return ["-fopenmp"] if platform.system() == "Linux" else []
+
+
 def extension():
     sources = sorted(glob.glob("csrc/torch/*.cpp"))
-    cxx = ["-O3"] + cpu_vector_flags()  # torch picks the C++ standard its headers need
+    cxx = ["-O3"] + cpu_vector_flags() + openmp_flags()  # torch picks the C++ standard its headers need
+    link = openmp_flags()
     if not want_cuda():
         sources = [s for s in sources if not s.endswith("_cuda.cpp")]
-        return cpp_extension.CppExtension("fastreduce_torch._C", sources, extra_compile_args={"cxx": cxx})
+        return cpp_extension.CppExtension("fastreduce_torch._C", sources, extra_compile_args={"cxx": cxx},
+                                          extra_link_args=link)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
     sources += sorted(glob.glob("csrc/launch/*.cu"))
     # torch's defaults hide the half-type conversions the kernels use.
@@ -85,6 +93,7 @@ def extension():
         sources,
         define_macros=[("FASTREDUCE_WITH_CUDA", None)],
         extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+        extra_link_args=link,
     )
 
 

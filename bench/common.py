@@ -80,7 +80,27 @@ def environment() -> dict:
     }
 
 
+def cpu_environment() -> dict:
+    """The CPU benchmarks' provenance: processor, threads, torch."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": model,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+    }
+
+
 def header(env: dict) -> str:
+    if "gpu" not in env:
+        return f"{env['cpu']}, {env['threads']} threads, torch {env['torch']}, {env['date']}; `{env['command']}`"
     return (
         f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, "
         f"CUDA {env['cuda']}, {env['date']}; `{env['command']}`"

@@ -72,6 +72,25 @@ A sum(const A* x, int64_t n) {
   return fold_vectors<SumOp<A>>(x, n);
 }
 
+// n values of a half type converted to float (or back), 16 at a time.
+template <typename From, typename To>
+void convert(const From* in, To* out, int64_t n) {
+  constexpr int64_t step = Vec<float>::size() * 2;
+  int64_t i = 0;
+  if constexpr (std::is_same_v<To, float> && !std::is_same_v<From, float>) {
+    for (; i + step <= n; i += step) {
+      auto [low, high] = at::vec::convert_to_float<From>(Vec<From>::loadu(in + i));
+      low.store(out + i);
+      high.store(out + i + Vec<float>::size());
+    }
+  } else if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, float>) {
+    for (; i + step <= n; i += step)
+      at::vec::convert_from_float<To>(Vec<float>::loadu(in + i), Vec<float>::loadu(in + i + Vec<float>::size()))
+          .store(out + i);
+  }
+  at::vec::convert(in + i, out + i, n - i);
+}
+
 // Data of type T seen as its accumulator type A: float and double in place,
 // float16/bfloat16 widened into a buffer the caller keeps (one per thread).
 template <typename T, typename A = at::opmath_type<T>>
@@ -80,7 +99,7 @@ const A* widen(const T* data, int64_t n, std::vector<A>& buffer) {
     return data;
   } else {
     buffer.resize(n);
-    at::vec::convert(data, buffer.data(), n);
+    convert(data, buffer.data(), n);
     return buffer.data();
   }
 }
@@ -91,7 +110,7 @@ void narrow(const A* values, T* out, int64_t n) {
   if constexpr (std::is_same_v<T, A>) {
     if (values != out) std::copy(values, values + n, out);
   } else {
-    at::vec::convert(values, out, n);
+    convert(values, out, n);
   }
 }
 

@@ -20,7 +20,8 @@ using cpu::VecOp;
 
 constexpr int64_t kBlock = 4096;         // elements folded into vector lanes before they join the total
 constexpr int64_t kFullChunk = 1 << 16;  // slice of a full reduction per parallel task
-constexpr int64_t kStrip = 64;           // columns one task keeps in registers
+constexpr int64_t kStrip = 2048;         // columns of one column task: a contiguous 8 KiB of floats per row
+constexpr int64_t kColumnPartials = 32;  // runs of rows a column reduction is cut into, at most
 
 // Integers fold on 32 scalar lanes, which the compiler vectorizes; floating
 // types on at::vec vectors.
@@ -52,7 +53,7 @@ typename Op::acc_t fold_contiguous(const In* x, int64_t n) {
       values = x + start;
     } else {
       buffer.resize(kBlock);
-      at::vec::convert(x + start, buffer.data(), count);
+      cpu::convert(x + start, buffer.data(), count);
       values = buffer.data();
     }
     acc = Op::combine(acc, fold_lanes<Op>(values, count));
@@ -60,36 +61,26 @@ typename Op::acc_t fold_contiguous(const In* x, int64_t n) {
   return acc;
 }
 
-// Columns [c0, c0 + width) of rows [0, len) folded into `total`: rows are
-// added whole-vector by whole-vector, in blocks of rows that join the total
-// one at a time.
+// Rows [r0, r1) of columns [c0, c0 + width) folded into `partial`, row by
+// row: each row is contiguous, so the loads stream and the vectors stay full.
 template <typename Op, typename In>
-void fold_columns(const In* x, int64_t len, int64_t inner, int64_t c0, int64_t width, typename Op::acc_t* total) {
+void fold_rows_into(const In* x, int64_t r0, int64_t r1, int64_t inner, int64_t c0, int64_t width,
+                    typename Op::acc_t* partial) {
   using Acc = typename Op::acc_t;
-  std::array<Acc, kStrip> block, row;
-  std::fill(total, total + width, Op::identity());
-  for (int64_t r0 = 0; r0 < len; r0 += 128) {
-    block.fill(Op::identity());
-    for (int64_t r = r0; r < std::min(len, r0 + 128); ++r) {
-      const In* source = x + r * inner + c0;
-      if constexpr (std::is_floating_point_v<Acc>) {
-        const Acc* values;
-        if constexpr (std::is_same_v<In, Acc>) {
-          values = source;
-        } else {
-          at::vec::convert(source, row.data(), width);
-          values = row.data();
-        }
-        using V = Vec<Acc>;
-        int64_t c = 0;
-        for (; c + V::size() <= width; c += V::size())
-          VecOp<Op>::combine(V::loadu(block.data() + c), V::loadu(values + c)).store(block.data() + c);
-        for (; c < width; ++c) block[c] = Op::combine(block[c], values[c]);
-      } else {
-        for (int64_t c = 0; c < width; ++c) block[c] = Op::combine(block[c], static_cast<Acc>(source[c]));
-      }
+  thread_local std::vector<Acc> row;
+  std::fill(partial, partial + width, Op::identity());
+  for (int64_t r = r0; r < r1; ++r) {
+    const In* source = x + r * inner + c0;
+    if constexpr (std::is_floating_point_v<Acc>) {
+      const Acc* values = cpu::widen(source, width, row);
+      using V = Vec<Acc>;
+      int64_t c = 0;
+      for (; c + V::size() <= width; c += V::size())
+        VecOp<Op>::combine(V::loadu(partial + c), V::loadu(values + c)).store(partial + c);
+      for (; c < width; ++c) partial[c] = Op::combine(partial[c], values[c]);
+    } else {
+      for (int64_t c = 0; c < width; ++c) partial[c] = Op::combine(partial[c], static_cast<Acc>(source[c]));
     }
-    for (int64_t c = 0; c < width; ++c) total[c] = Op::combine(total[c], block[c]);
   }
 }
 
@@ -119,16 +110,27 @@ void reduce_typed(const In* x, int64_t outer, int64_t len, int64_t inner, void* 
                        for (int64_t o = begin; o < end; ++o) out[o] = finish(fold_contiguous<Op>(x + o * len, len));
                      });
   } else {
-    // Columns: each task owns a strip of columns of one outer slice.
+    // Columns: the rows are cut into at most kColumnPartials fixed runs and
+    // the columns into strips; each task folds one run of one strip into a
+    // partial row, then each column folds its partials in order.
+    const int64_t run = std::max<int64_t>(64, (len + kColumnPartials - 1) / kColumnPartials);
+    const int64_t runs = (len + run - 1) / run;
     const int64_t strips = (inner + kStrip - 1) / kStrip;
-    at::parallel_for(0, outer * strips, 1, [&](int64_t begin, int64_t end) {
-      std::array<Acc, kStrip> total;
+    std::vector<Acc> partials(outer * runs * inner);
+    at::parallel_for(0, outer * runs * strips, 1, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
-        const int64_t o = task / strips;
-        const int64_t c0 = (task % strips) * kStrip;
-        const int64_t width = std::min(kStrip, inner - c0);
-        fold_columns<Op>(x + o * len * inner, len, inner, c0, width, total.data());
-        for (int64_t c = 0; c < width; ++c) out[o * inner + c0 + c] = finish(total[c]);
+        const int64_t strip = task % strips, p = task / strips % runs, o = task / strips / runs;
+        const int64_t c0 = strip * kStrip, r0 = p * run;
+        fold_rows_into<Op>(x + o * len * inner, r0, std::min(len, r0 + run), inner, c0,
+                           std::min(kStrip, inner - c0), partials.data() + (o * runs + p) * inner + c0);
+      }
+    });
+    at::parallel_for(0, outer * inner, 1024, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t o = i / inner, c = i % inner;
+        Acc acc = Op::identity();
+        for (int64_t p = 0; p < runs; ++p) acc = Op::combine(acc, partials[(o * runs + p) * inner + c]);
+        out[i] = finish(acc);
       }
     });
   }
