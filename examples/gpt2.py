@@ -1,9 +1,12 @@
 """A small GPT-2 written with torch modules, run as is and with fastreduce
 swapped in (patch() for the layer norms, causal_softmax for the attention):
-same logits within tolerance, a training step with each, and the time per
-step. Random weights and tokens; nothing is downloaded.
+same logits within tolerance, then for float32, bfloat16 autocast and
+float16 autocast with a GradScaler: a training step with each (loss and
+gradients compared) and the time per AdamW step at several (batch, T).
+GPT-2 small by default (12 layers, width 768, vocabulary 50257). Random
+weights and tokens; nothing is downloaded.
 
-    python examples/gpt2.py [--device cuda] [--layers 4] [--width 256]
+    python examples/gpt2.py [--device cuda] [--layers 12] [--shapes 1x1024,8x1024,1x128]
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, vocab=1024, context=256, width=256, heads=8, layers=4):
+    def __init__(self, vocab=50257, context=1024, width=768, heads=12, layers=12):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
@@ -76,62 +79,101 @@ def use_fastreduce(model: GPT2) -> int:
     return replaced
 
 
-def train_step(model, tokens, optimizer):
+PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def train_step(model, tokens, optimizer, precision="float32", scaler=None):
     optimizer.zero_grad(set_to_none=True)
-    logits = model(tokens[:, :-1])
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-    loss.backward()
-    optimizer.step()
+    dtype = PRECISIONS[precision]
+    with torch.autocast(tokens.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
     return loss.item()
 
 
-def time_per_step(model, tokens, steps=10):
+def make_scaler(precision, device):
+    return torch.amp.GradScaler(device) if precision == "float16" else None
+
+
+def time_per_step(model, tokens, precision, steps=10):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    train_step(model, tokens, optimizer)  # warm-up
+    scaler = make_scaler(precision, tokens.device.type)
+    for _ in range(2):  # warm-up
+        train_step(model, tokens, optimizer, precision, scaler)
     if tokens.is_cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
-        train_step(model, tokens, optimizer)
+        train_step(model, tokens, optimizer, precision, scaler)
     if tokens.is_cuda:
         torch.cuda.synchronize()
     return (time.perf_counter() - start) / steps * 1e3
 
 
+def compare_one_step(reference, ours, tokens, precision):
+    """One step from the same weights: the losses and every parameter
+    gradient (relative to the gradient's own largest entry) side by side."""
+    losses, grads = [], []
+    for model in (reference, ours):
+        model.zero_grad(set_to_none=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        losses.append(train_step(model, tokens, optimizer, precision, make_scaler(precision, tokens.device.type)))
+        grads.append([p.grad.float() for p in model.parameters()])
+    worst = max(((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item() for a, b in zip(*grads))
+    return losses, worst
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    # Defaults: GPT-2 small's width, heads and context, 4 layers, batch 4.
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--vocab", type=int, default=50257)
+    parser.add_argument("--shapes", default="1x1024,8x1024,1x128", help="batch x T per timed step")
+    parser.add_argument("--precisions", default="float32,bfloat16,float16")
+    parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
     torch.manual_seed(0)
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
+    context = max(t for _, t in shapes)
 
-    reference = GPT2(context=args.context, width=args.width, heads=args.heads, layers=args.layers).to(args.device)
+    reference = GPT2(args.vocab, context, args.width, args.heads, args.layers).to(args.device)
     ours = copy.deepcopy(reference)
     print(f"patched {use_fastreduce(ours)} LayerNorms and {args.layers} attention softmaxes")
-    tokens = torch.randint(0, 1024, (args.batch, args.context), device=args.device)
-
+    tokens = torch.randint(0, args.vocab, (2, min(context, 256)), device=args.device)
     with torch.no_grad():
-        expected, got = reference(tokens), ours(tokens)
-    difference = (expected - got).abs().max().item()
+        difference = (reference(tokens) - ours(tokens)).abs().max().item()
     print(f"max |logits difference| = {difference:.2e}")
     assert difference < 1e-3, "fastreduce changed the model's output"
 
-    loss_ref = train_step(reference, tokens, torch.optim.SGD(reference.parameters(), lr=1e-2))
-    loss_ours = train_step(ours, tokens, torch.optim.SGD(ours.parameters(), lr=1e-2))
-    print(f"training step loss: torch {loss_ref:.5f}, fastreduce {loss_ours:.5f}")
-    assert abs(loss_ref - loss_ours) < 1e-3
-    after = (reference(tokens) - ours(tokens)).abs().max().item()
-    print(f"max |logits difference| after one SGD step = {after:.2e}")
-
-    steps = 10 if args.device == "cuda" else 2
-    t_ref, t_ours = time_per_step(reference, tokens, steps), time_per_step(ours, tokens, steps)
-    print(f"time per training step on {args.device}: torch {t_ref:.2f} ms, fastreduce {t_ours:.2f} ms "
-          f"({t_ref / t_ours:.2f}x)")
+    tolerance = {"float32": (1e-4, 1e-3), "bfloat16": (2e-2, 1e-1), "float16": (5e-3, 5e-2)}
+    print("| precision | loss torch | loss fastreduce | worst grad difference | "
+          + " | ".join(f"step ms {b}x{t}: torch / ours (ratio)" for b, t in shapes) + " |")
+    print("|---" * (4 + len(shapes)) + "|")
+    for precision in args.precisions.split(","):
+        (loss_ref, loss_ours), worst = compare_one_step(reference, ours, tokens, precision)
+        loss_tol, grad_tol = tolerance[precision]
+        assert abs(loss_ref - loss_ours) <= loss_tol * abs(loss_ref), (precision, loss_ref, loss_ours)
+        assert worst <= grad_tol, (precision, worst)
+        cells = []
+        for batch, t in shapes:
+            timed = torch.randint(0, args.vocab, (batch, t + 1), device=args.device)
+            t_ref = time_per_step(reference, timed, precision, args.steps)
+            t_ours = time_per_step(ours, timed, precision, args.steps)
+            cells.append(f"{t_ref:.2f} / {t_ours:.2f} ({t_ref / t_ours:.2f}x)")
+        print(f"| {precision} | {loss_ref:.5f} | {loss_ours:.5f} | {worst:.1e} | " + " | ".join(cells) + " |",
+              flush=True)
+    print(f"device {torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+          f"{args.layers} layers, width {args.width}, vocabulary {args.vocab}, AdamW steps (mean of "
+          f"{args.steps}, after 2 warm-up)")
 
 
 if __name__ == "__main__":

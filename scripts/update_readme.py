@@ -16,6 +16,8 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 
 
 def provenance(env: dict) -> str:
+    if "gpu" not in env:
+        return f"*{env['cpu']}, {env['threads']} threads, torch {env['torch']}, {env['date']}; `{env['command']}`*\n\n"
     return (f"*{env['gpu']}, driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}, "
             f"{env['date']}; `{env['command']}`*\n\n")
 
@@ -44,6 +46,8 @@ SECTIONS = {
     "reduce": lambda d: generic_section(d, "bench/results/reduce.png"),
     "ladder": ladder_section,
     "norms": generic_section,
+    "host": generic_section,
+    "cpu": generic_section,
 }
 
 
