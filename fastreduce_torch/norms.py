@@ -9,6 +9,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from . import _C
+from ._eager import plain
+
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 _ops = torch.ops.fastreduce
@@ -26,12 +29,16 @@ def layer_norm(
     :func:`torch.nn.functional.layer_norm`."""
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
+    if plain(input):
+        return _C.layer_norm(input, normalized_shape, weight, bias, eps)
     return _layer_norm(input, normalized_shape, weight, bias, eps)[0]
 
 
 def softmax(input: Tensor, dim: int = -1, *, dtype: torch.dtype | None = None) -> Tensor:
     """Softmax over ``dim``, like :func:`torch.softmax` (with ``dtype`` the input is
     cast first). A dim other than the last costs one transposing copy each way."""
+    if plain(input):
+        return _C.softmax(input, dim, dtype)
     return _softmax(input, dim, dtype=dtype)
 
 
@@ -39,6 +46,8 @@ def causal_softmax(scores: Tensor, scale: float = 1.0) -> Tensor:
     """The GPT-2 attention softmax of ``scores`` shaped ``(..., T, T)``: row ``t`` is
     ``softmax(scale * scores[..., t, :t+1])`` and every entry above the diagonal is
     exactly 0. Reads only the lower triangle."""
+    if plain(scores):
+        return _C.causal_softmax(scores, scale)
     return _causal_softmax(scores, scale)
 
 

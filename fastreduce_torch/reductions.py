@@ -8,6 +8,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from . import _C
+from ._eager import plain
+
 DimArg = int | Sequence[int] | None
 
 SUPPORTED_DTYPES = (
@@ -35,30 +38,40 @@ def sum(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: torc
     Integer and bool inputs give int64 unless ``dtype`` is set; with ``dtype`` the
     input is cast first. Deterministic: the same input gives the same bits.
     """
+    if plain(input):
+        return _C.sum(input, dim, keepdim, dtype)
     return _sum(input, dim, keepdim, dtype=dtype)
 
 
 def mean(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Tensor:
     """Mean of ``input`` over ``dim``, like :func:`torch.mean`; floating dtypes only
     (or an integer input with a floating ``dtype``). Empty reductions give NaN."""
+    if plain(input):
+        return _C.mean(input, dim, keepdim, dtype)
     return _mean(input, dim, keepdim, dtype=dtype)
 
 
 def prod(input: Tensor, dim: DimArg = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Tensor:
     """Product of ``input`` over ``dim``, like :func:`torch.prod` but taking a list of
     dims too. Integer and bool inputs give int64 unless ``dtype`` is set."""
+    if plain(input):
+        return _C.prod(input, dim, keepdim, dtype)
     return _prod(input, dim, keepdim, dtype=dtype)
 
 
 def amax(input: Tensor, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
     """Maximum of ``input`` over ``dim`` (all dims if empty), like :func:`torch.amax`.
     NaN propagates; reducing a dim of size zero raises IndexError."""
+    if plain(input):
+        return _C.amax(input, dim, keepdim)
     return _amax(input, dim, keepdim)
 
 
 def amin(input: Tensor, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
     """Minimum of ``input`` over ``dim`` (all dims if empty), like :func:`torch.amin`.
     NaN propagates; reducing a dim of size zero raises IndexError."""
+    if plain(input):
+        return _C.amin(input, dim, keepdim)
     return _amin(input, dim, keepdim)
 
 

@@ -144,7 +144,13 @@ namespace {
 
 // Softmax over the last dim of a contiguous tensor; other dims are moved last
 // with one copy and moved back.
-at::Tensor rowwise(const at::Tensor& t, int64_t dim) { return t.movedim(dim, -1).contiguous(); }
+at::Tensor rowwise(const at::Tensor& t, int64_t dim) {
+  return dim == t.dim() - 1 ? t.contiguous() : t.movedim(dim, -1).contiguous();
+}
+
+at::Tensor from_rowwise(const at::Tensor& t, int64_t dim) {
+  return dim == t.dim() - 1 ? t : t.movedim(-1, dim).contiguous();
+}
 
 at::Tensor softmax_rows(const at::Tensor& x, int64_t causal, double scale) {
   const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
@@ -177,7 +183,7 @@ at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::Scalar
   check_floating(x, "softmax", "self");
   const int64_t d = wrap_dim(dim, x.dim());
   if (x.dim() == 0) return softmax_rows(x.contiguous(), 0, 1.0);
-  return softmax_rows(rowwise(x, d), 0, 1.0).movedim(-1, d).contiguous();
+  return from_rowwise(softmax_rows(rowwise(x, d), 0, 1.0), d);
 }
 
 at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
@@ -187,7 +193,7 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
   check_same_shape(grad_output, output, op, "grad_output", "output");
   const int64_t d = wrap_dim(dim, output.dim());
   if (output.dim() == 0) return softmax_backward_rows(grad_output.contiguous(), output.contiguous(), 0, 1.0);
-  return softmax_backward_rows(rowwise(grad_output, d), rowwise(output, d), 0, 1.0).movedim(-1, d).contiguous();
+  return from_rowwise(softmax_backward_rows(rowwise(grad_output, d), rowwise(output, d), 0, 1.0), d);
 }
 
 at::Tensor causal_softmax(const at::Tensor& scores, double scale) {

@@ -50,7 +50,8 @@ Layout make_layout(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
   }
   const bool direct = runs.size() <= 2 || (runs.size() == 3 && !runs[0].first);
   if (direct) {
-    layout.dense = source.permute(order);  // dense and contiguous by construction
+    // Dense and contiguous by construction (a contiguous input as it is).
+    layout.dense = std::is_sorted(order.begin(), order.end()) ? source : source.permute(order);
     size_t i = 0;
     if (i < runs.size() && !runs[i].first) layout.outer = runs[i++].second;
     if (i < runs.size() && runs[i].first) layout.len = runs[i++].second;
@@ -128,13 +129,16 @@ at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::Opti
   if (x.numel() == 0) return at::full(shape, empty_value(kind), options).to(out_dtype);
 
   Layout layout = make_layout(x, reduced);
+  // The buffer holds the kept dims in memory order: when that is their
+  // logical order (a contiguous input), it is the output itself.
+  const bool in_order = std::is_sorted(layout.kept_order.begin(), layout.kept_order.end());
   std::vector<int64_t> buffer_shape;
   for (int64_t d : layout.kept_order) buffer_shape.push_back(x.size(d));
-  at::Tensor out = at::empty(buffer_shape, options);
+  at::Tensor out = at::empty(in_order ? shape : buffer_shape, options);
   if (x.is_cuda()) reduce_cuda(kind, layout.dense, layout.outer, layout.len, layout.inner, out);
   else reduce_cpu(kind, layout.dense, layout.outer, layout.len, layout.inner, out);
+  if (in_order) return kernel_dtype == out_dtype ? out : out.to(out_dtype);
 
-  // The buffer holds the kept dims in memory order; put them in logical order.
   std::vector<int64_t> to_logical(layout.kept_order.size());
   std::iota(to_logical.begin(), to_logical.end(), 0);
   std::sort(to_logical.begin(), to_logical.end(),

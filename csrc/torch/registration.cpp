@@ -1,32 +1,7 @@
-// The one place where operators meet the dispatcher, and the Python module
-// that exposes the ladder table.
-#include <Python.h>
+// The one place where operators meet the dispatcher.
 #include <torch/library.h>
 
-#include "../ladder/table.h"
 #include "ops.h"
-
-namespace {
-
-// fastreduce_torch._C.ladder() -> [(name, summary, deterministic), ...]
-PyObject* ladder_table(PyObject*, PyObject*) {
-  PyObject* rows = PyList_New(fastreduce::kLadderSize);
-  for (int i = 0; i < fastreduce::kLadderSize; ++i) {
-    const auto& rung = fastreduce::kLadder[i];
-    PyList_SET_ITEM(rows, i, Py_BuildValue("(ssO)", rung.name, rung.summary, rung.deterministic ? Py_True : Py_False));
-  }
-  return rows;
-}
-
-PyMethodDef methods[] = {{"ladder", ladder_table, METH_NOARGS, "The kernel ladder: (name, summary, deterministic)."},
-                         {nullptr, nullptr, 0, nullptr}};
-
-}  // namespace
-
-extern "C" PyObject* PyInit__C() {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
-  return PyModule_Create(&module);
-}
 
 TORCH_LIBRARY(fastreduce, m) {
   m.def("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
