@@ -115,7 +115,10 @@ def test_layer_norm_float_parameters_with_half_input(device, dtype, n):
     w = torch.randn(n, device=device, requires_grad=True)
     b = torch.randn(n, device=device, requires_grad=True)
     out, mean, rstd = torch.ops.fastreduce.layer_norm(x, [n], w, b, 1e-5)
-    theirs = F.layer_norm(x, [n], w, b, 1e-5)
+    try:
+        theirs = F.layer_norm(x, [n], w, b, 1e-5)
+    except RuntimeError:  # torch's CUDA kernels take mixed dtypes under autocast only (torch 2.11)
+        theirs = F.layer_norm(x.float(), [n], w, b, 1e-5).to(dtype)
     assert out.dtype == theirs.dtype == dtype and mean.dtype == rstd.dtype == torch.float32
     reference = F.layer_norm(x.double(), [n], w.double(), b.double())
     assert_error_within_torch(out, theirs, reference, 2e-2)

@@ -47,9 +47,13 @@ int full_blocks_per_sm() {
 Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, int full_blocks_per_sm) {
   const int64_t vec = 16 / elem_size;
   if (p.outer == 1 && p.inner == 1) {
-    // One wave of blocks, each thread with 4 vectors in flight.
+    // One wave of blocks, each thread with 4 vectors in flight; up to four
+    // blocks' worth, one block alone (one launch: a second pass would cost
+    // the host more than the block's extra rounds cost the GPU).
     const int64_t per_block = kAllThreads * vec * 4;
-    const int64_t blocks = std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * full_blocks_per_sm);
+    const int64_t blocks = p.len <= 4 * per_block
+                               ? 1
+                               : std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * full_blocks_per_sm);
     return {Plan::Layout::All, std::max<int64_t>(blocks, 1), p.len, 0, 1};
   }
   if (p.inner == 1) {

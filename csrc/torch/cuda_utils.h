@@ -19,9 +19,9 @@ int sm_count();
 inline cudaStream_t current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
 // Scratch memory from the caching allocator on the current stream: no
-// cudaMalloc, safe under CUDA-graph capture.
+// cudaMalloc, safe under CUDA-graph capture. None (undefined) for 0 bytes.
 inline at::Tensor workspace(const at::Tensor& like, size_t bytes) {
-  return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+  return bytes ? at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte)) : at::Tensor();
 }
 
 }  // namespace fastreduce

@@ -9,7 +9,7 @@ void ladder_cuda(int rung, const at::Tensor& flat, at::Tensor& out) {
   const size_t bytes = ladder_workspace_bytes(flat.numel());
   at::Tensor scratch = workspace(flat, bytes);
   check_cuda(ladder_sum(rung, to_dtype(flat.scalar_type(), "sum_variant"), flat.const_data_ptr(), flat.numel(),
-                        out.data_ptr(), scratch.data_ptr(), sm_count(), current_stream()),
+                        out.data_ptr(), bytes ? scratch.data_ptr() : nullptr, sm_count(), current_stream()),
              "sum_variant");
 }
 
