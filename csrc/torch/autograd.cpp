@@ -41,9 +41,14 @@ std::vector<int64_t> reduced_dim_list(int64_t ndim, at::OptionalIntArrayRef dim)
   return dims;
 }
 
-void save_reduction(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+void save_dims(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
   ctx->saved_data["dims"] = reduced_dim_list(self.dim(), dim);
   ctx->saved_data["keepdim"] = keepdim;
+}
+
+// sum and mean also need the input's shape and dtype (not the input itself).
+void save_reduction(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  save_dims(ctx, self, dim, keepdim);
   ctx->saved_data["sizes"] = self.sym_sizes();
   ctx->saved_data["dtype"] = self.scalar_type();
 }
@@ -139,7 +144,7 @@ struct ExtremumFunction : torch::autograd::Function<ExtremumFunction<IsMax>> {
       at::AutoDispatchBelowADInplaceOrView below;
       result = op_call(self, dim, keepdim);
     }
-    save_reduction(ctx, self, dim, keepdim);
+    save_dims(ctx, self, dim, keepdim);
     ctx->save_for_backward({self, result});
     return result;
   }
