@@ -14,6 +14,7 @@ the rest of the machine (medians moved by up to 1.5x between runs).
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -61,6 +62,31 @@ def per_call_us(fn, x, calls: int, trials: int, device: str) -> float:
 MODES = ("no grad", "requires grad", "inference_mode")
 
 
+def medium_cases():
+    """Sizes where host and GPU time are of the same order: the time per call
+    of back-to-back calls, synchronised at the end, is what a loop feels."""
+    v = torch.randn(1 << 20, device="cuda")
+    x = torch.randn(8192, 768, device="cuda")
+    w, b = torch.randn(768, device="cuda"), torch.randn(768, device="cuda")
+    return [
+        ("sum 2^20 float32", v, lambda t: fr.sum(t), lambda t: torch.sum(t)),
+        ("layer_norm (8192, 768) float32", x, lambda t: fr.layer_norm(t, 768, w, b),
+         lambda t: F.layer_norm(t, (768,), w, b)),
+    ]
+
+
+def per_call_synced_us(fn, x, calls: int, trials: int) -> float:
+    samples = []
+    for _ in range(trials):
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        for _ in range(calls):
+            fn(x)
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - begin) / calls * 1e6)
+    return statistics.median(samples)
+
+
 def run(device: str, calls: int, trials: int):
     rows = []
     for name, x, ours, theirs in cases(device):
@@ -92,6 +118,17 @@ def main():
         title = f"Host time per call, {device} (64x256 float32; fastest of {args.trials} loops of {args.calls} calls)"
         markdown += print_table(title, columns, rows) + "\n"
         payload[device] = {"environment": env, "rows": rows}
+    if torch.cuda.is_available():
+        rows = []
+        for name, x, ours, theirs in medium_cases():
+            for grad in (False, True):
+                t = x.detach().clone().requires_grad_(grad)
+                a = per_call_synced_us(theirs, t, 200, args.trials)
+                o = per_call_synced_us(ours, t, 200, args.trials)
+                rows.append([name + (", requires grad" if grad else ""), a, o, o / a])
+        title = f"Time per call of 200 back-to-back calls, cuda (median of {args.trials})"
+        markdown += print_table(title, ["call", "aten µs", "ours µs", "ours/aten"], rows) + "\n"
+        payload["medium"] = rows
     payload["environment"] = environment() if torch.cuda.is_available() else cpu_environment()
     payload["markdown"] = markdown
     save_json("host.json", payload)
