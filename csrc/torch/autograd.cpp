@@ -66,10 +66,17 @@ at::Tensor expand_to_input(AutogradContext* ctx, const at::Tensor& grad) {
 
 at::ScalarType input_dtype(AutogradContext* ctx) { return ctx->saved_data["dtype"].toScalarType(); }
 
-struct SumFunction : torch::autograd::Function<SumFunction> {
+// sum and mean: the gradient broadcast back over the reduced dims (divided
+// by their element count for mean), in the input's dtype.
+template <bool IsMean>
+struct SumMeanFunction : torch::autograd::Function<SumMeanFunction<IsMean>> {
   static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
-    return call_sum(self, dim, keepdim, dtype);
+    if constexpr (IsMean) {
+      return call_mean(self, dim, keepdim, dtype);
+    } else {
+      return call_sum(self, dim, keepdim, dtype);
+    }
   }
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
@@ -78,26 +85,14 @@ struct SumFunction : torch::autograd::Function<SumFunction> {
     return op_call(self, dim, keepdim, dtype);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {expand_to_input(ctx, grads[0]).to(input_dtype(ctx)), {}, {}, {}};
-  }
-};
-
-struct MeanFunction : torch::autograd::Function<MeanFunction> {
-  static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-                            std::optional<at::ScalarType> dtype) {
-    return call_mean(self, dim, keepdim, dtype);
-  }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-                            std::optional<at::ScalarType> dtype) {
-    save_reduction(ctx, self, dim, keepdim);
-    at::AutoDispatchBelowADInplaceOrView below;
-    return op_call(self, dim, keepdim, dtype);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto sizes = ctx->saved_data["sizes"].toSymIntVector();
-    c10::SymInt count = 1;
-    for (int64_t d : ctx->saved_data["dims"].toIntVector()) count = count * sizes[d];
-    return {(expand_to_input(ctx, grads[0]) / count).to(input_dtype(ctx)), {}, {}, {}};
+    at::Tensor grad = expand_to_input(ctx, grads[0]);
+    if constexpr (IsMean) {
+      const auto sizes = ctx->saved_data["sizes"].toSymIntVector();
+      c10::SymInt count = 1;
+      for (int64_t d : ctx->saved_data["dims"].toIntVector()) count = count * sizes[d];
+      grad = grad / count;
+    }
+    return {grad.to(input_dtype(ctx)), {}, {}, {}};
   }
 };
 
@@ -283,8 +278,8 @@ at::Tensor causal_softmax_autograd(const at::Tensor& scores, double scale) {
 }  // namespace
 
 void register_autograd(torch::Library& m) {
-  m.impl("sum", &reduction_autograd<SumFunction>);
-  m.impl("mean", &reduction_autograd<MeanFunction>);
+  m.impl("sum", &reduction_autograd<SumMeanFunction<false>>);
+  m.impl("mean", &reduction_autograd<SumMeanFunction<true>>);
   m.impl("prod", &reduction_autograd<ProdFunction>);
   m.impl("amax", &extremum_autograd<true>);
   m.impl("amin", &extremum_autograd<false>);

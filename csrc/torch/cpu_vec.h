@@ -9,6 +9,7 @@
 #include <ATen/cpu/vec/vec.h>
 
 #include <array>
+#include <tuple>
 #include <vector>
 
 #include "../kernels/reduce_op.h"
@@ -47,24 +48,39 @@ Acc combine_all(const Acc* values, int64_t n, Acc acc = Op::identity()) {
   return acc;
 }
 
-// Folds n contiguous accumulator values: four vectors side by side (they
-// hide the add latency), then the vectors in a fixed order, then the tail.
-template <typename Op, typename Acc>
-Acc fold_vectors(const Acc* x, int64_t n) {
+// Four accumulator vectors of values from x: loaded as they are, or
+// float16/bfloat16 widened on the way (two 16-element loads).
+template <typename In, typename A>
+void load_four(const In* x, std::array<Vec<A>, 4>& v) {
+  if constexpr (std::is_same_v<In, A>) {
+    for (int l = 0; l < 4; ++l) v[l] = Vec<A>::loadu(x + l * Vec<A>::size());
+  } else {
+    constexpr int64_t half = 2 * Vec<A>::size();
+    std::tie(v[0], v[1]) = at::vec::convert_to_float<In>(Vec<In>::loadu(x));
+    std::tie(v[2], v[3]) = at::vec::convert_to_float<In>(Vec<In>::loadu(x + half));
+  }
+}
+
+// Folds n contiguous values into the op's accumulator type: four vectors
+// side by side (they hide the add latency), then the vectors in a fixed
+// order, then the tail one element at a time.
+template <typename Op, typename In, typename Acc = typename Op::acc_t>
+Acc fold_vectors(const In* x, int64_t n) {
   using V = Vec<Acc>;
-  constexpr int kLanes = 4;
-  constexpr int64_t step = kLanes * V::size();
-  std::array<V, kLanes> lanes;
+  constexpr int64_t step = 4 * V::size();
+  std::array<V, 4> lanes, loaded;
   lanes.fill(V(Op::identity()));
   int64_t i = 0;
-  for (; i + step <= n; i += step)
-    for (int l = 0; l < kLanes; ++l) lanes[l] = VecOp<Op>::combine(lanes[l], V::loadu(x + i + l * V::size()));
-  for (; i + V::size() <= n; i += V::size()) lanes[0] = VecOp<Op>::combine(lanes[0], V::loadu(x + i));
-  V folded = lanes[0];
-  for (int l = 1; l < kLanes; ++l) folded = VecOp<Op>::combine(folded, lanes[l]);
+  for (; i + step <= n; i += step) {
+    load_four<In, Acc>(x + i, loaded);
+    for (int l = 0; l < 4; ++l) lanes[l] = VecOp<Op>::combine(lanes[l], loaded[l]);
+  }
+  const V folded = VecOp<Op>::combine(VecOp<Op>::combine(lanes[0], lanes[1]), VecOp<Op>::combine(lanes[2], lanes[3]));
   std::array<Acc, V::size()> parts;
   folded.store(parts.data());
-  return combine_all<Op>(x + i, n - i, combine_all<Op>(parts.data(), V::size()));
+  Acc acc = combine_all<Op>(parts.data(), V::size());
+  for (; i < n; ++i) acc = Op::combine(acc, static_cast<Acc>(x[i]));
+  return acc;
 }
 
 template <typename A>

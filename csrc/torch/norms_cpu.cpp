@@ -212,6 +212,34 @@ void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& ar
   });
 }
 
+// One float16/bfloat16 softmax backward row, widened in registers 16
+// elements at a time (two passes over the row instead of five through a
+// float buffer): dx = scale * y * (dy - sum(y * dy)).
+template <typename T>
+void half_softmax_backward_row(const T* y, const T* g, T* dx, int64_t valid, int64_t n, float s) {
+  using V = Vec<float>;
+  const V scale(s);
+  using H = Vec<T>;
+  V dot_low(0), dot_high(0);
+  int64_t i = 0;
+  for (; i + H::size() <= valid; i += H::size()) {
+    auto [y0, y1] = at::vec::convert_to_float<T>(H::loadu(y + i));
+    auto [g0, g1] = at::vec::convert_to_float<T>(H::loadu(g + i));
+    dot_low = at::vec::fmadd(y0, g0, dot_low);
+    dot_high = at::vec::fmadd(y1, g1, dot_high);
+  }
+  float dot = at::vec::vec_reduce_all([](V a, V b) { return a + b; }, dot_low + dot_high);
+  for (int64_t j = i; j < valid; ++j) dot += static_cast<float>(y[j]) * static_cast<float>(g[j]);
+  const V row_dot(dot);
+  for (i = 0; i + H::size() <= valid; i += H::size()) {
+    auto [y0, y1] = at::vec::convert_to_float<T>(H::loadu(y + i));
+    auto [g0, g1] = at::vec::convert_to_float<T>(H::loadu(g + i));
+    at::vec::convert_from_float<T>(scale * y0 * (g0 - row_dot), scale * y1 * (g1 - row_dot)).store(dx + i);
+  }
+  for (; i < valid; ++i) dx[i] = static_cast<T>(s * static_cast<float>(y[i]) * (static_cast<float>(g[i]) - dot));
+  std::fill(dx + valid, dx + n, T(0));
+}
+
 template <typename T>
 void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args) {
   using A = at::opmath_type<T>;
@@ -225,6 +253,10 @@ void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor
     RowBuffers<T> buffers;
     for (int64_t r = begin; r < end; ++r) {
       const int64_t valid = args.causal ? r % args.causal + 1 : n;
+      if constexpr (!std::is_same_v<T, A>) {
+        half_softmax_backward_row(ys + r * n, gs + r * n, dxs + r * n, valid, n, static_cast<float>(args.scalar));
+        continue;
+      }
       const A* yrow = cpu::widen(ys + r * n, valid, buffers.in);
       const A* grow = cpu::widen(gs + r * n, valid, buffers.grad);
       V dot(0);

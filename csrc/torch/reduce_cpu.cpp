@@ -23,24 +23,20 @@ constexpr int64_t kFullChunk = 1 << 16;  // slice of a full reduction per parall
 constexpr int64_t kStrip = 2048;         // columns of one column task: a contiguous 8 KiB of floats per row
 constexpr int64_t kColumnPartials = 32;  // runs of rows a column reduction is cut into, at most
 
-// Integers fold on 32 scalar lanes, which the compiler vectorizes; floating
-// types on at::vec vectors.
+// Integers fold on 32 scalar lanes, which the compiler vectorizes.
 template <typename Op, typename Acc>
-Acc fold_lanes(const Acc* x, int64_t n) {
-  if constexpr (std::is_floating_point_v<Acc>) {
-    return cpu::fold_vectors<Op>(x, n);
-  } else {
-    std::array<Acc, 32> lanes;
-    lanes.fill(Op::identity());
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-      for (int l = 0; l < 32; ++l) lanes[l] = Op::combine(lanes[l], x[i + l]);
-    return cpu::combine_all<Op>(x + i, n - i, cpu::combine_all<Op>(lanes.data(), 32));
-  }
+Acc fold_integers(const Acc* x, int64_t n) {
+  std::array<Acc, 32> lanes;
+  lanes.fill(Op::identity());
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int l = 0; l < 32; ++l) lanes[l] = Op::combine(lanes[l], x[i + l]);
+  return cpu::combine_all<Op>(x + i, n - i, cpu::combine_all<Op>(lanes.data(), 32));
 }
 
 // Folds n contiguous inputs block by block (error grows with the block
-// count, not n); each block is widened to the accumulator type first.
+// count, not n). Floating types fold straight from the input (half types
+// widened in registers); integers are widened into a buffer first.
 template <typename Op, typename In>
 typename Op::acc_t fold_contiguous(const In* x, int64_t n) {
   using Acc = typename Op::acc_t;
@@ -48,15 +44,11 @@ typename Op::acc_t fold_contiguous(const In* x, int64_t n) {
   Acc acc = Op::identity();
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t count = std::min(kBlock, n - start);
-    const Acc* values;
-    if constexpr (std::is_same_v<In, Acc>) {
-      values = x + start;
+    if constexpr (std::is_floating_point_v<Acc>) {
+      acc = Op::combine(acc, cpu::fold_vectors<Op>(x + start, count));
     } else {
-      buffer.resize(kBlock);
-      cpu::convert(x + start, buffer.data(), count);
-      values = buffer.data();
+      acc = Op::combine(acc, fold_integers<Op>(cpu::widen<In, Acc>(x + start, count, buffer), count));
     }
-    acc = Op::combine(acc, fold_lanes<Op>(values, count));
   }
   return acc;
 }
