@@ -42,12 +42,6 @@ struct RowBuffers {
   std::vector<A> in, grad, out;
 };
 
-// Writes the accumulator row `values` (may alias `out` for float types) as T.
-template <typename T, typename A>
-void store_row(const A* values, T* out, int64_t n) {
-  cpu::narrow(values, out, n);
-}
-
 // The row buffer results are computed into: the output row itself when T is
 // the accumulator type.
 template <typename T, typename A>
@@ -87,7 +81,7 @@ void layer_norm_forward_rows(const at::Tensor& x, const at::Tensor& weight, cons
         if (b) v = v + V::loadu(b + i, count);
         v.store(out + i, count);
       });
-      store_row(out, ys + r * n, n);
+      cpu::narrow(out, ys + r * n, n);
       means[r] = static_cast<S>(mu);
       rstds[r] = static_cast<S>(inv);
     }
@@ -155,7 +149,7 @@ void layer_norm_backward_rows(const at::Tensor& dy, const at::Tensor& x, const a
           const V xhat = (V::loadu(xrow + i, count) - m) * s;
           (s * (V::loadu(g + i, count) - mean_g - xhat * mean_gx)).store(out + i, count);
         });
-        store_row(out, dxs + r * n, n);
+        cpu::narrow(out, dxs + r * n, n);
       }
     }
   });
@@ -207,7 +201,7 @@ void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& ar
         (V::loadu(out + i, count) * inv_sum).store(out + i, count);
       });
       std::fill(out + valid, out + n, A(0));
-      store_row(out, ys + r * n, n);
+      cpu::narrow(out, ys + r * n, n);
     }
   });
 }
@@ -269,7 +263,7 @@ void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor
         (scale * V::loadu(yrow + i, count) * (V::loadu(grow + i, count) - row_dot)).store(out + i, count);
       });
       std::fill(out + valid, out + n, A(0));
-      store_row(out, dxs + r * n, n);
+      cpu::narrow(out, dxs + r * n, n);
     }
   });
 }

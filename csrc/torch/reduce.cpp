@@ -196,9 +196,9 @@ at::Tensor prod_backward(const at::Tensor& grad, const at::Tensor& self, const a
   TORCH_CHECK(grad.sizes() == result.sizes(), op, ": argument 'grad' has shape ", to_text(grad.sizes()),
               " but 'result' has shape ", to_text(result.sizes()));
   const at::Tensor x = self.to(grad.scalar_type());
+  const std::bitset<kMaxDims> reduced = reduced_dims(self.dim(), dim);
   auto broadcast = [&](at::Tensor t) {
     if (!keepdim && self.dim() > 0) {
-      std::bitset<kMaxDims> reduced = reduced_dims(self.dim(), dim);
       for (int64_t d = 0; d < self.dim(); ++d)
         if (reduced[d]) t = t.unsqueeze(d);
     }
