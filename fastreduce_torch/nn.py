@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .norms import layer_norm, softmax
+from .norms import layer_norm, rms_norm, softmax
 
 
 class LayerNorm(torch.nn.LayerNorm):
@@ -13,6 +13,13 @@ class LayerNorm(torch.nn.LayerNorm):
 
     def forward(self, input: Tensor) -> Tensor:
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """:class:`torch.nn.RMSNorm` computed by fastreduce's kernels."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps)
 
 
 class Softmax(torch.nn.Softmax):
@@ -25,12 +32,14 @@ class Softmax(torch.nn.Softmax):
 
 
 def patch(model: torch.nn.Module) -> int:
-    """Replaces every :class:`torch.nn.LayerNorm` in ``model`` with
-    :class:`fastreduce_torch.nn.LayerNorm`, in place, keeping its parameters
-    (the same tensors) and settings. Returns how many were replaced."""
+    """Replaces every :class:`torch.nn.LayerNorm` and :class:`torch.nn.RMSNorm` in
+    ``model`` with :class:`fastreduce_torch.nn.LayerNorm` / :class:`RMSNorm`, in
+    place, keeping their parameters (the same tensors) and settings. Returns
+    how many were replaced."""
+    swaps = {torch.nn.LayerNorm: LayerNorm, torch.nn.RMSNorm: RMSNorm}
     replaced = 0
     for module in model.modules():
-        if type(module) is torch.nn.LayerNorm:
-            module.__class__ = LayerNorm
+        if type(module) in swaps:
+            module.__class__ = swaps[type(module)]
             replaced += 1
     return replaced

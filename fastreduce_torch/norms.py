@@ -1,5 +1,5 @@
-"""layer_norm, softmax and the GPT-2 causal softmax: typed wrappers and fake
-kernels. Autograd (C++, csrc/torch/autograd.cpp) calls the registered
+"""layer_norm, rms_norm, their fused residual-add forms, softmax and the
+GPT-2 causal softmax: typed wrappers and fake kernels. Autograd (C++, csrc/torch/autograd.cpp) calls the registered
 backward ops, so it traces under torch.compile and AOT autograd."""
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 _ops = torch.ops.fastreduce
 _layer_norm, _softmax, _causal_softmax = _ops.layer_norm.default, _ops.softmax.default, _ops.causal_softmax.default
+_rms_norm, _add_layer_norm, _add_rms_norm = _ops.rms_norm.default, _ops.add_layer_norm.default, _ops.add_rms_norm.default
+
+
+def _shape(normalized_shape: int | Sequence[int]) -> Sequence[int]:
+    return (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
 
 
 def layer_norm(
@@ -32,6 +37,47 @@ def layer_norm(
     if plain(input):
         return _C.layer_norm(input, normalized_shape, weight, bias, eps)
     return _layer_norm(input, normalized_shape, weight, bias, eps)[0]
+
+
+def rms_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+) -> Tensor:
+    """Root-mean-square normalisation over the trailing ``normalized_shape`` dims,
+    like :func:`torch.nn.functional.rms_norm` (``eps=None``: the machine epsilon
+    of float32, or of float64 for float64 input, as torch)."""
+    return _rms_norm(input, _shape(normalized_shape), weight, eps)[0]
+
+
+def add_layer_norm(
+    input: Tensor,
+    residual: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> tuple[Tensor, Tensor]:
+    """The pre-norm residual step in one pass: returns
+    ``(layer_norm(h), h)`` with ``h = input + residual`` (rounded to the input
+    dtype, as the unfused add). The backward adds the gradient arriving at ``h``
+    in the same pass."""
+    out, residual_out, _, _ = _add_layer_norm(input, residual, _shape(normalized_shape), weight, bias, eps)
+    return out, residual_out
+
+
+def add_rms_norm(
+    input: Tensor,
+    residual: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`add_layer_norm` with RMS normalisation: returns ``(rms_norm(h), h)``
+    with ``h = input + residual``."""
+    out, residual_out, _ = _add_rms_norm(input, residual, _shape(normalized_shape), weight, eps)
+    return out, residual_out
 
 
 def softmax(input: Tensor, dim: int = -1, *, dtype: torch.dtype | None = None) -> Tensor:
@@ -58,31 +104,69 @@ def _check_floating(name: str, t: Tensor, argument: str) -> None:
     torch._check(t.dtype in FLOATING, lambda: f"{name}: unsupported dtype {t.dtype} for argument '{argument}'")
 
 
-def _stats_dtype(input: Tensor, weight: Tensor | None, bias: Tensor | None) -> torch.dtype:
+def _stats_dtype(input: Tensor, weight: Tensor | None, bias: Tensor | None, widen: bool = False) -> torch.dtype:
     mixed = any(p is not None and p.dtype != input.dtype for p in (weight, bias))
-    widen = mixed or (input.device.type == "cuda" and input.dtype != torch.float64)
+    widen = (widen or mixed or input.device.type == "cuda") and input.dtype != torch.float64
     return torch.float32 if widen else input.dtype
+
+
+def _check_norm(name: str, input: Tensor, normalized_shape, residual: Tensor | None = None) -> list[int]:
+    _check_floating(name, input, "input")
+    k = len(normalized_shape)
+    torch._check(
+        k >= 1 and input.dim() >= k and list(input.shape[input.dim() - k:]) == list(normalized_shape),
+        lambda: f"{name}: argument 'normalized_shape' is {list(normalized_shape)}, expected input with "
+        f"shape [*, {list(normalized_shape)}], but got input of size {list(input.shape)}",
+    )
+    if residual is not None:
+        torch._check(
+            residual.shape == input.shape and residual.dtype == input.dtype,
+            lambda: f"{name}: argument 'residual' must match 'input' in shape and dtype",
+        )
+    return list(input.shape[: input.dim() - k]) + [1] * k
+
+
+def _stats(input: Tensor, stats_shape: list[int], weight: Tensor | None, bias: Tensor | None = None,
+           widen: bool = False) -> Tensor:
+    return input.new_empty(stats_shape, dtype=_stats_dtype(input, weight, bias, widen))
+
+
+def _param_grad(param: Tensor | None, input: Tensor) -> Tensor:
+    return param.new_empty(param.shape) if param is not None else input.new_empty((0,))
 
 
 @torch.library.register_fake("fastreduce::layer_norm")
 def _layer_norm_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    _check_floating("layer_norm", input, "input")
-    k = len(normalized_shape)
-    torch._check(
-        k >= 1 and input.dim() >= k and list(input.shape[input.dim() - k:]) == list(normalized_shape),
-        lambda: f"layer_norm: argument 'normalized_shape' is {list(normalized_shape)}, expected input with "
-        f"shape [*, {list(normalized_shape)}], but got input of size {list(input.shape)}",
-    )
-    stats_shape = list(input.shape[: input.dim() - k]) + [1] * k
-    stats = input.new_empty(stats_shape, dtype=_stats_dtype(input, weight, bias))
+    stats = _stats(input, _check_norm("layer_norm", input, normalized_shape), weight, bias)
     return input.new_empty(input.shape), stats, torch.empty_like(stats)
 
 
 @torch.library.register_fake("fastreduce::layer_norm_backward")
-def _layer_norm_backward_fake(grad_out, input, normalized_shape, mean, rstd, weight, bias):
-    grad_weight = weight.new_empty(weight.shape) if weight is not None else input.new_empty((0,))
-    grad_bias = bias.new_empty(bias.shape) if bias is not None else input.new_empty((0,))
-    return input.new_empty(input.shape), grad_weight, grad_bias
+def _layer_norm_backward_fake(grad_out, input, normalized_shape, mean, rstd, weight, bias, grad_residual=None):
+    return input.new_empty(input.shape), _param_grad(weight, input), _param_grad(bias, input)
+
+
+@torch.library.register_fake("fastreduce::rms_norm")
+def _rms_norm_fake(input, normalized_shape, weight=None, eps=None):
+    stats = _stats(input, _check_norm("rms_norm", input, normalized_shape), weight, widen=True)
+    return input.new_empty(input.shape), stats
+
+
+@torch.library.register_fake("fastreduce::rms_norm_backward")
+def _rms_norm_backward_fake(grad_out, input, normalized_shape, rstd, weight, grad_residual=None):
+    return input.new_empty(input.shape), _param_grad(weight, input)
+
+
+@torch.library.register_fake("fastreduce::add_layer_norm")
+def _add_layer_norm_fake(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
+    stats = _stats(input, _check_norm("add_layer_norm", input, normalized_shape, residual), weight, bias)
+    return input.new_empty(input.shape), input.new_empty(input.shape), stats, torch.empty_like(stats)
+
+
+@torch.library.register_fake("fastreduce::add_rms_norm")
+def _add_rms_norm_fake(input, residual, normalized_shape, weight=None, eps=None):
+    stats = _stats(input, _check_norm("add_rms_norm", input, normalized_shape, residual), weight, widen=True)
+    return input.new_empty(input.shape), input.new_empty(input.shape), stats
 
 
 @torch.library.register_fake("fastreduce::softmax")

@@ -3,15 +3,15 @@
 # kernel micro-benchmark and the benchmarks, and leave logs and results under
 # $OUT (at most 8 files come back).
 #   bash scripts/gpu_check.sh [step ...]
-# Steps, in this order: build tests memcheck racecheck host gpt2 micro reduce
-# ladder norms; default: all but the two sanitizer steps.
+# Steps, in this order: build tests memcheck racecheck host gpt2 llama micro
+# reduce ladder norms rows; default: all but the two sanitizer steps.
 # The README and results.tgz are refreshed after any benchmark step.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-steps=" ${*:-build tests host gpt2 micro reduce ladder norms} "
+steps=" ${*:-build tests host gpt2 llama micro reduce ladder norms rows} "
 want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -35,13 +35,15 @@ sanitize() {
   compute-sanitizer --tool "$1" --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider -m cuda \
     -k "not compile" "${@:2}" 2>&1 | tail -n 15 | tee "$OUT/$1.log"
 }
-want memcheck && sanitize memcheck tests/test_norms.py tests/test_dropin.py
-want racecheck && sanitize racecheck tests/test_norms.py -k "backward_matches or (long_rows and float32)"
+want memcheck && sanitize memcheck tests/test_norms.py tests/test_dropin.py tests/test_transformer_rows.py
+want racecheck && sanitize racecheck tests/test_norms.py tests/test_transformer_rows.py \
+  -k "backward_matches or (long_rows and float32) or (add_norm and bfloat16) or (every_option and 50304)"
 want gpt2 && python3 examples/gpt2.py 2>&1 | tee "$OUT/gpt2.txt"
+want llama && python3 examples/llama.py 2>&1 | tee "$OUT/llama.txt"
 want micro && bash bench/micro/run.sh 2>&1 | tee "$OUT/micro.md"
 
 benched=0
-for bench in host reduce ladder norms; do
+for bench in host reduce ladder norms rows; do
   want "$bench" || continue
   benched=1
   python3 "bench/$bench.py" 2>"/tmp/bench_$bench.err" | tee "$OUT/bench_$bench.md" || tail -20 "/tmp/bench_$bench.err"

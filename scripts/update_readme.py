@@ -46,6 +46,7 @@ SECTIONS = {
     "reduce": lambda d: generic_section(d, "bench/results/reduce.png"),
     "ladder": ladder_section,
     "norms": generic_section,
+    "rows": generic_section,
     "host": generic_section,
     "cpu": generic_section,
 }

@@ -22,3 +22,16 @@ def test_gpt2_example(device):
     assert "patched 5 LayerNorms" in result.stdout
     for precision in ("float32", "bfloat16", "float16"):  # each row is printed after its checks passed
         assert f"| {precision} |" in result.stdout
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_llama_example_same_loss_curve(device):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import llama
+
+    result = llama.main(["--device", device, "--layers", "2", "--width", "64", "--heads", "4", "--vocab", "300",
+                         "--batch", "2", "--seq", "16", "--steps", "3", "--precision", "float32"])
+    assert len(result["ours_losses"]) == 3
+    for a, b in zip(result["torch_losses"], result["ours_losses"]):
+        assert abs(a - b) <= 1e-4 * abs(a), (a, b)
+    assert result["torch_losses"][-1] < result["torch_losses"][0]  # it trains

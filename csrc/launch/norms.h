@@ -1,6 +1,7 @@
-// Launchers for layer_norm and softmax: contiguous (rows, n) buffers, raw
-// pointers, a stream, no torch. Statistics (mean, rstd) and weight/bias
-// gradients are in the accumulator type: float, or double for double input.
+// Launchers for layer_norm and rms_norm, each optionally fused with the
+// pre-norm residual add: contiguous (rows, n) buffers, raw pointers, a
+// stream, no torch. Statistics (mean, rstd) and weight/bias gradients are in
+// the accumulator type: float, or double for double input.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,23 +13,44 @@
 
 namespace fastreduce {
 
-// weight and bias may be null.
-cudaError_t layer_norm_forward(DType dtype, const void* x, const void* weight, const void* bias, void* y,
-                               void* mean, void* rstd, int64_t rows, int64_t n, double eps, cudaStream_t stream);
+// The shape of a normalisation: `centered` subtracts the row mean
+// (layer_norm); otherwise it is rms_norm (no mean, no bias).
+struct NormShape {
+  DType dtype;
+  int64_t rows, n;
+  bool centered;
+};
 
-size_t layer_norm_backward_workspace_bytes(DType dtype, int64_t rows, int64_t n, int sm_count);
+// Null pointers are absent. With `residual`, the rows normalised are
+// h = x + residual, written to `residual_out`. `mean`: centered only.
+struct NormForward {
+  const void* x;
+  const void* residual;
+  const void* weight;
+  const void* bias;
+  void* y;
+  void* residual_out;
+  void* mean;
+  void* rstd;
+  double eps;
+};
+cudaError_t norm_forward(const NormShape& shape, const NormForward& io, cudaStream_t stream);
 
-// dx always; dweight and dbias (accumulator type, n each) when not null.
-cudaError_t layer_norm_backward(DType dtype, const void* dy, const void* x, const void* mean, const void* rstd,
-                                const void* weight, void* dx, void* dweight, void* dbias, int64_t rows, int64_t n,
-                                void* workspace, int sm_count, cudaStream_t stream);
-
-// Softmax of scale * x over rows of n; with causal = T > 0 row r keeps its
-// first r % T + 1 entries and zeros the rest (GPT-2 attention).
-cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, int64_t n, int64_t causal,
-                            double scale, cudaStream_t stream);
-
-cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* dx, int64_t rows, int64_t n,
-                             int64_t causal, double scale, cudaStream_t stream);
+// dx always, plus grad_residual when given (it is then the gradient of both
+// inputs of the add); dweight, dbias (accumulator type, n each) when not null.
+struct NormBackward {
+  const void* dy;
+  const void* x;  // the normalised rows (h for the fused add)
+  const void* grad_residual;
+  const void* mean;
+  const void* rstd;
+  const void* weight;
+  void* dx;
+  void* dweight;
+  void* dbias;
+};
+size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count);
+cudaError_t norm_backward(const NormShape& shape, const NormBackward& io, void* workspace, int sm_count,
+                          cudaStream_t stream);
 
 }  // namespace fastreduce

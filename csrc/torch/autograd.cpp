@@ -178,8 +178,129 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     const at::Tensor &weight = saved[3], &bias = saved[4];
     auto [dx, dweight, dbias] =
         call_layer_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(), saved[1],
-                                 saved[2], or_none(weight), or_none(bias));
+                                 saved[2], or_none(weight), or_none(bias), std::nullopt);
     return {dx, {}, weight.defined() ? dweight : at::Tensor(), bias.defined() ? dbias : at::Tensor(), {}};
+  }
+};
+
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static std::tuple<at::Tensor, at::Tensor> op_call(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                    const std::optional<at::Tensor>& weight,
+                                                    std::optional<double> eps) {
+    return call_rms_norm(input, normalized_shape, weight, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                               const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+    at::Tensor out, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(out, rstd) = op_call(input, normalized_shape, weight, eps);
+    }
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->save_for_backward({input, rstd, or_undefined(weight)});
+    ctx->mark_non_differentiable({rstd});
+    return {out, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dweight] = call_rms_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(),
+                                                saved[1], or_none(saved[2]), std::nullopt);
+    return {dx, {}, saved[2].defined() ? dweight : at::Tensor(), {}};
+  }
+};
+
+// The fused residual add: the gradient reaching residual_out joins the norm's
+// input gradient in the backward kernel, and the sum is the gradient of both
+// input and residual.
+struct AddLayerNormFunction : torch::autograd::Function<AddLayerNormFunction> {
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> op_call(
+      const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+    return call_add_layer_norm(input, residual, normalized_shape, weight, bias, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& residual,
+                               at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                               const std::optional<at::Tensor>& bias, double eps) {
+    at::Tensor out, residual_out, mean, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(out, residual_out, mean, rstd) = op_call(input, residual, normalized_shape, weight, bias, eps);
+    }
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->save_for_backward({residual_out, mean, rstd, or_undefined(weight), or_undefined(bias)});
+    ctx->mark_non_differentiable({mean, rstd});
+    return {out, residual_out, mean, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &weight = saved[3], &bias = saved[4];
+    auto [dx, dweight, dbias] =
+        call_layer_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(), saved[1],
+                                 saved[2], or_none(weight), or_none(bias), grads[1]);
+    return {dx, dx, {}, weight.defined() ? dweight : at::Tensor(), bias.defined() ? dbias : at::Tensor(), {}};
+  }
+};
+
+struct AddRmsNormFunction : torch::autograd::Function<AddRmsNormFunction> {
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> op_call(const at::Tensor& input, const at::Tensor& residual,
+                                                                at::IntArrayRef normalized_shape,
+                                                                const std::optional<at::Tensor>& weight,
+                                                                std::optional<double> eps) {
+    return call_add_rms_norm(input, residual, normalized_shape, weight, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& residual,
+                               at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                               std::optional<double> eps) {
+    at::Tensor out, residual_out, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(out, residual_out, rstd) = op_call(input, residual, normalized_shape, weight, eps);
+    }
+    ctx->saved_data["normalized_shape"] = normalized_shape;
+    ctx->save_for_backward({residual_out, rstd, or_undefined(weight)});
+    ctx->mark_non_differentiable({rstd});
+    return {out, residual_out, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dweight] = call_rms_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(),
+                                                saved[1], or_none(saved[2]), grads[1]);
+    return {dx, dx, {}, saved[2].defined() ? dweight : at::Tensor(), {}};
+  }
+};
+
+// lse is differentiable too (z-loss: d lse / d x = softmax(x)). Gradients are
+// not materialised: an unused loss or lse costs nothing in the backward.
+struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
+  static std::tuple<at::Tensor, at::Tensor> op_call(const at::Tensor& input, const at::Tensor& target,
+                                                    c10::string_view reduction, int64_t ignore_index,
+                                                    double label_smoothing) {
+    return call_cross_entropy(input, target, reduction, ignore_index, label_smoothing);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& target,
+                               c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
+    at::Tensor loss, lse;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(loss, lse) = op_call(input, target, reduction, ignore_index, label_smoothing);
+    }
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["reduction"] = std::string(reduction);
+    ctx->saved_data["ignore_index"] = ignore_index;
+    ctx->saved_data["label_smoothing"] = label_smoothing;
+    ctx->save_for_backward({input, target, lse});
+    return {loss, lse};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const std::string reduction = ctx->saved_data["reduction"].toStringRef();
+    at::Tensor grad_loss = grads[0];
+    if (!grad_loss.defined())
+      grad_loss = reduction == "none" ? saved[0].new_zeros({saved[0].size(0)}) : saved[0].new_zeros({});
+    const at::Tensor dx = call_cross_entropy_backward(
+        grad_loss, or_none(grads[1]), saved[0], saved[1], saved[2], reduction,
+        ctx->saved_data["ignore_index"].toInt(), ctx->saved_data["label_smoothing"].toDouble());
+    return {dx, {}, {}, {}, {}};
   }
 };
 
@@ -259,6 +380,52 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_autograd(const at::Ten
   return {outputs[0], outputs[1], outputs[2]};
 }
 
+std::tuple<at::Tensor, at::Tensor> rms_norm_autograd(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                     const std::optional<at::Tensor>& weight,
+                                                     std::optional<double> eps) {
+  if (!any_wants_grad(input, weight)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return RmsNormFunction::op_call(input, normalized_shape, weight, eps);
+  }
+  const auto outputs = RmsNormFunction::apply(input, normalized_shape, weight, eps);
+  return {outputs[0], outputs[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_autograd(
+    const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  if (!any_wants_grad(input, residual, weight, bias)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return AddLayerNormFunction::op_call(input, residual, normalized_shape, weight, bias, eps);
+  }
+  const auto outputs = AddLayerNormFunction::apply(input, residual, normalized_shape, weight, bias, eps);
+  return {outputs[0], outputs[1], outputs[2], outputs[3]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_autograd(const at::Tensor& input,
+                                                                     const at::Tensor& residual,
+                                                                     at::IntArrayRef normalized_shape,
+                                                                     const std::optional<at::Tensor>& weight,
+                                                                     std::optional<double> eps) {
+  if (!any_wants_grad(input, residual, weight)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return AddRmsNormFunction::op_call(input, residual, normalized_shape, weight, eps);
+  }
+  const auto outputs = AddRmsNormFunction::apply(input, residual, normalized_shape, weight, eps);
+  return {outputs[0], outputs[1], outputs[2]};
+}
+
+std::tuple<at::Tensor, at::Tensor> cross_entropy_autograd(const at::Tensor& input, const at::Tensor& target,
+                                                          c10::string_view reduction, int64_t ignore_index,
+                                                          double label_smoothing) {
+  if (!any_wants_grad(input)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return CrossEntropyFunction::op_call(input, target, reduction, ignore_index, label_smoothing);
+  }
+  const auto outputs = CrossEntropyFunction::apply(input, target, reduction, ignore_index, label_smoothing);
+  return {outputs[0], outputs[1]};
+}
+
 at::Tensor softmax_autograd(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
   if (!any_wants_grad(self)) {
     at::AutoDispatchBelowADInplaceOrView below;
@@ -284,6 +451,10 @@ void register_autograd(torch::Library& m) {
   m.impl("amax", &extremum_autograd<true>);
   m.impl("amin", &extremum_autograd<false>);
   m.impl("layer_norm", &layer_norm_autograd);
+  m.impl("rms_norm", &rms_norm_autograd);
+  m.impl("add_layer_norm", &add_layer_norm_autograd);
+  m.impl("add_rms_norm", &add_rms_norm_autograd);
+  m.impl("cross_entropy", &cross_entropy_autograd);
   m.impl("softmax", &softmax_autograd);
   m.impl("causal_softmax", &causal_softmax_autograd);
 }

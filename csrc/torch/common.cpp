@@ -44,10 +44,12 @@ DType to_dtype(at::ScalarType type, const char* op) {
 void reduce_cuda(ReduceKind, const at::Tensor&, int64_t, int64_t, int64_t, at::Tensor&) { no_cuda(); }
 void ladder_cuda(int, const at::Tensor&, at::Tensor&) { no_cuda(); }
 void read_probe_cuda(const at::Tensor&, at::Tensor&) { no_cuda(); }
-void layer_norm_forward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&,
-                             at::Tensor&, const NormArgs&) { no_cuda(); }
-void layer_norm_backward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                              const at::Tensor&, at::Tensor&, at::Tensor*, at::Tensor*, const NormArgs&) { no_cuda(); }
+void norm_forward_cuda(NormForwardTensors&, bool, const NormArgs&) { no_cuda(); }
+void norm_backward_cuda(NormBackwardTensors&, bool, const NormArgs&) { no_cuda(); }
+void cross_entropy_forward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&,
+                                const CrossEntropyArgs&) { no_cuda(); }
+void cross_entropy_backward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, at::Tensor&, const CrossEntropyArgs&) { no_cuda(); }
 void softmax_forward_cuda(const at::Tensor&, at::Tensor&, const NormArgs&) { no_cuda(); }
 void softmax_backward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor&, const NormArgs&) { no_cuda(); }
 #endif

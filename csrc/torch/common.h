@@ -42,23 +42,46 @@ struct NormArgs {
   double scalar;
 };
 
-// Undefined weight/bias tensors mean none; null dweight/dbias: not wanted.
-void layer_norm_forward_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y,
-                            at::Tensor& mean, at::Tensor& rstd, const NormArgs& args);
-void layer_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y,
-                             at::Tensor& mean, at::Tensor& rstd, const NormArgs& args);
-void layer_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                             const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& dx, at::Tensor* dweight,
-                             at::Tensor* dbias, const NormArgs& args);
-void layer_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                              const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& dx, at::Tensor* dweight,
-                              at::Tensor* dbias, const NormArgs& args);
+// The tensors of a layer_norm (centered) or rms_norm forward; undefined
+// means absent. With `residual`, the rows normalised are x + residual,
+// written to residual_out. mean: centered only.
+struct NormForwardTensors {
+  at::Tensor x, residual, weight, bias, y, residual_out, mean, rstd;
+};
+// The backward: dx (plus grad_residual when defined) always; dweight, and
+// dbias for layer_norm, when defined (accumulator type).
+struct NormBackwardTensors {
+  at::Tensor dy, x, grad_residual, mean, rstd, weight, dx, dweight, dbias;
+};
+void norm_forward_cpu(NormForwardTensors& t, bool centered, const NormArgs& args);
+void norm_forward_cuda(NormForwardTensors& t, bool centered, const NormArgs& args);
+void norm_backward_cpu(NormBackwardTensors& t, bool centered, const NormArgs& args);
+void norm_backward_cuda(NormBackwardTensors& t, bool centered, const NormArgs& args);
 void softmax_forward_cpu(const at::Tensor& x, at::Tensor& y, const NormArgs& args);
 void softmax_forward_cuda(const at::Tensor& x, at::Tensor& y, const NormArgs& args);
 void softmax_backward_cpu(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args);
 void softmax_backward_cuda(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args);
 
 // Sums the contiguous 1-D CUDA tensor `flat` with ladder rung `rung` into `out`.
+// Cross-entropy over contiguous (rows, classes) logits with int64 targets:
+// loss (rows elements for reduction none, else one) in the logits' dtype,
+// lse (rows) in the accumulator type. grad_lse may be undefined.
+struct CrossEntropyArgs {
+  int64_t rows, classes, ignore_index;
+  double label_smoothing;
+  int reduction;  // 0 none, 1 mean, 2 sum
+};
+void cross_entropy_forward_cpu(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
+                               const CrossEntropyArgs& args);
+void cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss,
+                                at::Tensor& lse, const CrossEntropyArgs& args);
+void cross_entropy_backward_cpu(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
+                                const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
+                                const CrossEntropyArgs& args);
+void cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
+                                 const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
+                                 const CrossEntropyArgs& args);
+
 void ladder_cuda(int rung, const at::Tensor& flat, at::Tensor& out);
 void read_probe_cuda(const at::Tensor& data, at::Tensor& flag);
 

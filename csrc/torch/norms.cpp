@@ -1,7 +1,10 @@
-// layer_norm, softmax and causal_softmax: argument checks, shapes and the
-// (rows, n) view the kernels take; the CPU and CUDA backends do the rest.
+// layer_norm, rms_norm (each also fused with the residual add), softmax and
+// causal_softmax: argument checks, shapes and the (rows, n) view the kernels
+// take; the CPU and CUDA backends do the rest.
 #include "common.h"
 #include "ops.h"
+
+#include <limits>
 
 namespace fastreduce {
 namespace {
@@ -67,12 +70,12 @@ bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& w
 }
 
 // mean/rstd: aten's shape (*leading, 1, ..., 1); float for half types on CUDA
-// (the accumulator) and beside float32 parameters, the input dtype otherwise,
-// as aten does.
-at::Tensor stats_tensor(const at::Tensor& input, int64_t k, bool mixed) {
+// (the accumulator) and where `widen` says, the input dtype otherwise, as
+// aten does.
+at::Tensor stats_tensor(const at::Tensor& input, int64_t k, bool widen_half) {
   std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end() - k);
   shape.insert(shape.end(), k, 1);
-  const bool widen = mixed || (input.is_cuda() && input.scalar_type() != at::kDouble);
+  const bool widen = (widen_half || input.is_cuda()) && input.scalar_type() != at::kDouble;
   return at::empty(shape, input.options().dtype(widen ? at::kFloat : input.scalar_type()));
 }
 
@@ -83,61 +86,144 @@ at::Tensor kernel_param(const std::optional<at::Tensor>& t, const at::Tensor& in
   return defined ? defined->to(input.scalar_type()).contiguous() : at::Tensor();
 }
 
+// The parameter and residual checks, the outputs, and the backend call of a
+// forward of any of the four norms.
+struct NormForwardOp {
+  const char* op;
+  bool centered;
+};
+
+NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, const at::Tensor* residual,
+                                at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                                const std::optional<at::Tensor>& bias, double eps) {
+  const char* op = kind.op;
+  check_floating(input, op, "input");
+  if (residual) {
+    check_like(*residual, input, op, "residual", "input");
+    check_same_shape(*residual, input, op, "residual", "input");
+  }
+  check_param(weight, input, normalized_shape, op, "weight");
+  check_param(bias, input, normalized_shape, op, "bias");
+  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
+  NormForwardTensors t;
+  t.x = input.contiguous();
+  t.y = at::empty_like(t.x);
+  if (residual) {
+    t.residual = residual->contiguous();
+    t.residual_out = at::empty_like(t.x);
+  }
+  // rms_norm keeps rstd in the accumulator type on the CPU too (no aten
+  // contract to follow, and its backward is sensitive to a rounded rstd).
+  t.rstd = stats_tensor(input, normalized_shape.size(), has_float_param(input, weight, bias) || !kind.centered);
+  if (kind.centered) t.mean = at::empty_like(t.rstd);
+  t.weight = kernel_param(weight, input);
+  t.bias = kernel_param(bias, input);
+  const NormArgs args{rows, n, 0, eps};
+  if (input.is_cuda()) norm_forward_cuda(t, kind.centered, args);
+  else norm_forward_cpu(t, kind.centered, args);
+  return t;
+}
+
+// rms_norm's default eps, as torch: the machine epsilon of the accumulator type.
+double default_eps(const at::Tensor& input, std::optional<double> eps) {
+  if (eps.has_value()) return *eps;
+  return input.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
+                                            : std::numeric_limits<float>::epsilon();
+}
+
+// dx (with grad_residual added when given), and the weight and bias
+// gradients of the parameters that exist (empty tensors for the others).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
+    NormForwardOp kind, const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
+    const at::Tensor* mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& grad_residual) {
+  const char* op = kind.op;
+  check_floating(input, op, "input");
+  check_like(grad_out, input, op, "grad_out", "input");
+  check_same_shape(grad_out, input, op, "grad_out", "input");
+  const at::Tensor* carried = defined_or_null(grad_residual);
+  if (carried) {
+    check_like(*carried, input, op, "grad_residual", "input");
+    check_same_shape(*carried, input, op, "grad_residual", "input");
+  }
+  check_param(weight, input, normalized_shape, op, "weight");
+  check_param(bias, input, normalized_shape, op, "bias");
+  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
+  TORCH_CHECK(rstd.numel() == rows && (!mean || mean->numel() == rows), op, ": the statistics need ", to_text(rows),
+              " elements each, got ", to_text(rstd.numel()));
+  const at::Tensor* w = defined_or_null(weight);
+  const at::Tensor* b = defined_or_null(bias);
+  NormBackwardTensors t;
+  t.dy = grad_out.contiguous();
+  t.x = input.contiguous();
+  if (carried) t.grad_residual = carried->contiguous();
+  if (mean) t.mean = *mean;
+  t.rstd = rstd;
+  t.weight = kernel_param(weight, input);
+  t.dx = at::empty_like(t.x);
+  // The kernels make dweight (and dbias with a bias) in the accumulator
+  // type; layer_norm makes both when either parameter exists.
+  const auto acc = input.options().dtype(input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  if (w || b) t.dweight = at::empty(normalized_shape, acc);
+  if (kind.centered && (w || b)) t.dbias = at::empty(normalized_shape, acc);
+  const NormArgs args{rows, n, 0, 0};
+  if (input.is_cuda()) norm_backward_cuda(t, kind.centered, args);
+  else norm_backward_cpu(t, kind.centered, args);
+  const auto none = input.new_empty({0});
+  return {t.dx, w ? t.dweight.to(w->scalar_type()) : none, b ? t.dbias.to(b->scalar_type()) : none};
+}
+
+constexpr NormForwardOp kLayerNorm{"layer_norm", true}, kAddLayerNorm{"add_layer_norm", true};
+constexpr NormForwardOp kRmsNorm{"rms_norm", false}, kAddRmsNorm{"add_rms_norm", false};
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                           const std::optional<at::Tensor>& weight,
                                                           const std::optional<at::Tensor>& bias, double eps) {
-  const char* op = "layer_norm";
-  check_floating(input, op, "input");
-  check_param(weight, input, normalized_shape, op, "weight");
-  check_param(bias, input, normalized_shape, op, "bias");
-  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
-  const at::Tensor x = input.contiguous();
-  at::Tensor y = at::empty_like(x);
-  at::Tensor mean = stats_tensor(input, normalized_shape.size(), has_float_param(input, weight, bias));
-  at::Tensor rstd = at::empty_like(mean);
-  const NormArgs args{rows, n, 0, eps};
-  const at::Tensor w = kernel_param(weight, input);
-  const at::Tensor b = kernel_param(bias, input);
-  if (input.is_cuda()) layer_norm_forward_cuda(x, w, b, y, mean, rstd, args);
-  else layer_norm_forward_cpu(x, w, b, y, mean, rstd, args);
-  return {y, mean, rstd};
+  NormForwardTensors t = norm_forward(kLayerNorm, input, nullptr, normalized_shape, weight, bias, eps);
+  return {t.y, t.mean, t.rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
-    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
-  const char* op = "layer_norm_backward";
-  check_floating(input, op, "input");
-  check_like(grad_out, input, op, "grad_out", "input");
-  check_same_shape(grad_out, input, op, "grad_out", "input");
-  check_param(weight, input, normalized_shape, op, "weight");
-  check_param(bias, input, normalized_shape, op, "bias");
-  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
-  TORCH_CHECK(mean.numel() == rows && rstd.numel() == rows, op, ": arguments 'mean' and 'rstd' need ", to_text(rows),
-              " elements, got ", to_text(mean.numel()), " and ", to_text(rstd.numel()));
-  const at::Tensor x = input.contiguous(), dy = grad_out.contiguous();
-  const at::Tensor* w = defined_or_null(weight);
-  const at::Tensor* b = defined_or_null(bias);
-  at::Tensor dx = at::empty_like(x);
-  // The kernels make dweight and dbias together, in the accumulator type;
-  // each is cast to its parameter's dtype and returned when that parameter
-  // exists (an empty tensor otherwise).
-  at::Tensor dw, db;
-  if (w || b) {
-    const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    dw = at::empty(normalized_shape, input.options().dtype(acc));
-    db = at::empty(normalized_shape, input.options().dtype(acc));
-  }
-  const NormArgs args{rows, n, 0, 0};
-  const at::Tensor kernel_weight = kernel_param(weight, input);
-  if (input.is_cuda()) layer_norm_backward_cuda(dy, x, mean, rstd, kernel_weight, dx, w || b ? &dw : nullptr,
-                                                w || b ? &db : nullptr, args);
-  else layer_norm_backward_cpu(dy, x, mean, rstd, kernel_weight, dx, w || b ? &dw : nullptr,
-                               w || b ? &db : nullptr, args);
-  const auto none = input.new_empty({0});
-  return {dx, w ? dw.to(w->scalar_type()) : none, b ? db.to(b->scalar_type()) : none};
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& grad_residual) {
+  const NormForwardOp kind{"layer_norm_backward", true};
+  return norm_backward(kind, grad_out, input, normalized_shape, &mean, rstd, weight, bias, grad_residual);
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                            const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  NormForwardTensors t =
+      norm_forward(kRmsNorm, input, nullptr, normalized_shape, weight, std::nullopt, default_eps(input, eps));
+  return {t.y, t.rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
+                                                     at::IntArrayRef normalized_shape, const at::Tensor& rstd,
+                                                     const std::optional<at::Tensor>& weight,
+                                                     const std::optional<at::Tensor>& grad_residual) {
+  const NormForwardOp kind{"rms_norm_backward", false};
+  auto [dx, dw, db] =
+      norm_backward(kind, grad_out, input, normalized_shape, nullptr, rstd, weight, std::nullopt, grad_residual);
+  return {dx, dw};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm(
+    const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  NormForwardTensors t = norm_forward(kAddLayerNorm, input, &residual, normalized_shape, weight, bias, eps);
+  return {t.y, t.residual_out, t.mean, t.rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const at::Tensor& residual,
+                                                            at::IntArrayRef normalized_shape,
+                                                            const std::optional<at::Tensor>& weight,
+                                                            std::optional<double> eps) {
+  NormForwardTensors t = norm_forward(kAddRmsNorm, input, &residual, normalized_shape, weight, std::nullopt,
+                                      default_eps(input, eps));
+  return {t.y, t.residual_out, t.rstd};
 }
 
 namespace {

@@ -1,4 +1,5 @@
-// CPU layer_norm and softmax, row by row with the same formulas as the CUDA
+// CPU layer_norm, rms_norm (each optionally after a residual add) and
+// softmax, row by row with the same formulas as the CUDA
 // kernels, on at::vec vectors in float (double for double inputs);
 // float16/bfloat16 rows are widened into a per-thread buffer first.
 #include <ATen/Dispatch.h>
@@ -55,22 +56,35 @@ A* output_row(T* out, std::vector<A>& buffer, int64_t n) {
 }
 
 template <typename T, typename S>
-void layer_norm_forward_rows(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y,
-                             S* means, S* rstds, const NormArgs& args) {
+void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds, const NormArgs& args) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
   const int64_t n = args.n;
   std::vector<A> w_buffer, b_buffer;
-  const A* w = weight.defined() ? cpu::widen(weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
-  const A* b = bias.defined() ? cpu::widen(bias.const_data_ptr<T>(), n, b_buffer) : nullptr;
-  const T* xs = x.const_data_ptr<T>();
-  T* ys = y.data_ptr<T>();
+  const A* w = t.weight.defined() ? cpu::widen(t.weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
+  const A* b = t.bias.defined() ? cpu::widen(t.bias.const_data_ptr<T>(), n, b_buffer) : nullptr;
+  const T* xs = t.x.const_data_ptr<T>();
+  const T* adds = t.residual.defined() ? t.residual.const_data_ptr<T>() : nullptr;
+  T* hs = adds ? t.residual_out.data_ptr<T>() : nullptr;
+  T* ys = t.y.data_ptr<T>();
   const A eps = static_cast<A>(args.scalar);
   at::parallel_for(0, args.rows, grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
+    std::vector<A> add_buffer;
     for (int64_t r = begin; r < end; ++r) {
-      const A* row = cpu::widen(xs + r * n, n, buffers.in);
-      const A mu = cpu::sum(row, n) / n;
+      const T* source = xs + r * n;
+      if (adds) {  // h = x + residual, rounded to T as the unfused add would be
+        const A* x = cpu::widen(source, n, buffers.in);
+        const A* residual = cpu::widen(adds + r * n, n, add_buffer);
+        A* h = output_row(hs + r * n, buffers.out, n);
+        for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+          (V::loadu(x + i, count) + V::loadu(residual + i, count)).store(h + i, count);
+        });
+        cpu::narrow(h, hs + r * n, n);
+        source = hs + r * n;
+      }
+      const A* row = cpu::widen(source, n, buffers.in);
+      const A mu = centered ? cpu::sum(row, n) / n : A(0);
       const A squares = at::vec::map_reduce_all<A>(
           [mu](V v) { return (v - V(mu)) * (v - V(mu)); }, [](V a, V b) { return a + b; }, row, n);
       const A inv = A(1) / std::sqrt(squares / n + eps);
@@ -82,7 +96,7 @@ void layer_norm_forward_rows(const at::Tensor& x, const at::Tensor& weight, cons
         v.store(out + i, count);
       });
       cpu::narrow(out, ys + r * n, n);
-      means[r] = static_cast<S>(mu);
+      if (means) means[r] = static_cast<S>(mu);
       rstds[r] = static_cast<S>(inv);
     }
   });
@@ -93,39 +107,38 @@ void layer_norm_forward_rows(const at::Tensor& x, const at::Tensor& weight, cons
 int64_t rows_per_partial(int64_t rows) { return std::max<int64_t>(32, (rows + 255) / 256); }
 
 template <typename T>
-void layer_norm_backward_rows(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                              const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& dx,
-                              at::Tensor* dweight, at::Tensor* dbias, const NormArgs& args) {
+void norm_backward_rows(NormBackwardTensors& t, bool centered, const NormArgs& args) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
   const int64_t n = args.n, rows = args.rows;
-  const at::Tensor mean_acc = mean.to(c10::CppTypeToScalarType<A>::value).contiguous();
-  const at::Tensor rstd_acc = rstd.to(c10::CppTypeToScalarType<A>::value).contiguous();
-  const A* mu = mean_acc.const_data_ptr<A>();
+  const auto acc = c10::CppTypeToScalarType<A>::value;
+  const at::Tensor mean_acc = centered ? t.mean.to(acc).contiguous() : at::Tensor();
+  const at::Tensor rstd_acc = t.rstd.to(acc).contiguous();
+  const A* mu = centered ? mean_acc.const_data_ptr<A>() : nullptr;
   const A* inv = rstd_acc.const_data_ptr<A>();
   std::vector<A> w_buffer;
-  const A* w = weight.defined() ? cpu::widen(weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
-  const T* xs = x.const_data_ptr<T>();
-  const T* gs = dy.const_data_ptr<T>();
-  T* dxs = dx.data_ptr<T>();
+  const A* w = t.weight.defined() ? cpu::widen(t.weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
+  const T* xs = t.x.const_data_ptr<T>();
+  const T* gs = t.dy.const_data_ptr<T>();
+  const T* carried = t.grad_residual.defined() ? t.grad_residual.const_data_ptr<T>() : nullptr;
+  T* dxs = t.dx.data_ptr<T>();
+  const bool dweight = t.dweight.defined(), dbias = t.dbias.defined();
 
   const int64_t per_partial = rows_per_partial(rows);
   const int64_t partials = (rows + per_partial - 1) / per_partial;
-  std::vector<A> dw_partial(dweight ? partials * n : 0), db_partial(dweight ? partials * n : 0);
+  std::vector<A> dw_partial(dweight ? partials * n : 0), db_partial(dbias ? partials * n : 0);
   at::parallel_for(0, partials, 1, [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
-    std::vector<A> g_buffer(n);
+    std::vector<A> g_buffer(n), carried_buffer;
     for (int64_t p = begin; p < end; ++p) {
       A* dw = dweight ? dw_partial.data() + p * n : nullptr;
-      A* db = dweight ? db_partial.data() + p * n : nullptr;
-      if (dweight) {
-        std::fill(dw, dw + n, A(0));
-        std::fill(db, db + n, A(0));
-      }
+      A* db = dbias ? db_partial.data() + p * n : nullptr;
+      if (dw) std::fill(dw, dw + n, A(0));
+      if (db) std::fill(db, db + n, A(0));
       for (int64_t r = p * per_partial; r < std::min(rows, (p + 1) * per_partial); ++r) {
         const A* xrow = cpu::widen(xs + r * n, n, buffers.in);
         const A* grow = cpu::widen(gs + r * n, n, buffers.grad);
-        const V m(mu[r]), s(inv[r]);
+        const V m(mu ? mu[r] : A(0)), s(inv[r]);
         // g = dy * w, and the two row sums the dx formula needs.
         A* g = g_buffer.data();
         V sum_g(0), sum_gx(0);
@@ -137,36 +150,33 @@ void layer_norm_backward_rows(const at::Tensor& dy, const at::Tensor& x, const a
           // Tail lanes past `count` load as zero and add nothing.
           sum_g = sum_g + gv;
           sum_gx = sum_gx + gv * xhat;
-          if (dweight) {
-            (V::loadu(dw + i, count) + dyv * xhat).store(dw + i, count);
-            (V::loadu(db + i, count) + dyv).store(db + i, count);
-          }
+          if (dw) (V::loadu(dw + i, count) + dyv * xhat).store(dw + i, count);
+          if (db) (V::loadu(db + i, count) + dyv).store(db + i, count);
         });
-        const V mean_g(at::vec::vec_reduce_all([](V a, V b) { return a + b; }, sum_g) / n);
+        const V mean_g(centered ? at::vec::vec_reduce_all([](V a, V b) { return a + b; }, sum_g) / n : A(0));
         const V mean_gx(at::vec::vec_reduce_all([](V a, V b) { return a + b; }, sum_gx) / n);
+        const A* carried_row = carried ? cpu::widen(carried + r * n, n, carried_buffer) : nullptr;
         A* out = output_row(dxs + r * n, buffers.out, n);
         for_each_vector<A>(n, [&](int64_t i, int64_t count) {
           const V xhat = (V::loadu(xrow + i, count) - m) * s;
-          (s * (V::loadu(g + i, count) - mean_g - xhat * mean_gx)).store(out + i, count);
+          V v = s * (V::loadu(g + i, count) - mean_g - xhat * mean_gx);
+          if (carried_row) v = v + V::loadu(carried_row + i, count);
+          v.store(out + i, count);
         });
         cpu::narrow(out, dxs + r * n, n);
       }
     }
   });
-  if (!dweight) return;
   // The partials in order, columns in parallel: deterministic.
-  A* dw = dweight->data_ptr<A>();
-  A* db = dbias->data_ptr<A>();
-  at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
-    std::fill(dw + begin, dw + end, A(0));
-    std::fill(db + begin, db + end, A(0));
-    for (int64_t p = 0; p < partials; ++p) {
-      for (int64_t c = begin; c < end; ++c) {
-        dw[c] += dw_partial[p * n + c];
-        db[c] += db_partial[p * n + c];
-      }
-    }
-  });
+  auto fold = [&](const std::vector<A>& partial, A* total) {
+    at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
+      std::fill(total + begin, total + end, A(0));
+      for (int64_t p = 0; p < partials; ++p)
+        for (int64_t c = begin; c < end; ++c) total[c] += partial[p * n + c];
+    });
+  };
+  if (dweight) fold(dw_partial, t.dweight.data_ptr<A>());
+  if (dbias) fold(db_partial, t.dbias.data_ptr<A>());
 }
 
 template <typename T>
@@ -270,25 +280,22 @@ void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor
 
 }  // namespace
 
-void layer_norm_forward_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y,
-                            at::Tensor& mean, at::Tensor& rstd, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "layer_norm", [&] {
+void norm_forward_cpu(NormForwardTensors& t, bool centered, const NormArgs& args) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.x.scalar_type(), "norm", [&] {
     // Statistics in the input's dtype, or float beside float32 parameters.
-    if (mean.scalar_type() == x.scalar_type()) {
-      layer_norm_forward_rows<scalar_t>(x, weight, bias, y, mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(),
-                                        args);
+    if (t.rstd.scalar_type() == t.x.scalar_type()) {
+      norm_forward_rows<scalar_t>(t, centered, centered ? t.mean.data_ptr<scalar_t>() : nullptr,
+                                  t.rstd.data_ptr<scalar_t>(), args);
     } else {
-      layer_norm_forward_rows<scalar_t>(x, weight, bias, y, mean.data_ptr<float>(), rstd.data_ptr<float>(), args);
+      norm_forward_rows<scalar_t>(t, centered, centered ? t.mean.data_ptr<float>() : nullptr,
+                                  t.rstd.data_ptr<float>(), args);
     }
   });
 }
 
-void layer_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                             const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& dx, at::Tensor* dweight,
-                             at::Tensor* dbias, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "layer_norm_backward", [&] {
-    layer_norm_backward_rows<scalar_t>(dy, x, mean, rstd, weight, dx, dweight, dbias, args);
-  });
+void norm_backward_cpu(NormBackwardTensors& t, bool centered, const NormArgs& args) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.x.scalar_type(), "norm_backward",
+                                  [&] { norm_backward_rows<scalar_t>(t, centered, args); });
 }
 
 void softmax_forward_cpu(const at::Tensor& x, at::Tensor& y, const NormArgs& args) {

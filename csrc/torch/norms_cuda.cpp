@@ -1,4 +1,5 @@
 #include "../launch/norms.h"
+#include "../launch/softmax.h"
 #include "common.h"
 #include "cuda_utils.h"
 
@@ -7,36 +8,41 @@ namespace {
 
 const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
 
-// Statistics travel in the accumulator type.
+// Statistics travel in the accumulator type (float32 statistics beside
+// float32 parameters are already so).
 at::Tensor as_acc(const at::Tensor& t, const at::Tensor& like) {
   return t.to(like.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).contiguous();
 }
 
 }  // namespace
 
-void layer_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y,
-                             at::Tensor& mean, at::Tensor& rstd, const NormArgs& args) {
-  const c10::cuda::CUDAGuard guard(x.device());
-  check_cuda(layer_norm_forward(to_dtype(x.scalar_type(), "layer_norm"), x.const_data_ptr(), data_or_null(weight),
-                                data_or_null(bias), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), args.rows, args.n,
-                                args.scalar, current_stream()),
-             "layer_norm");
+void norm_forward_cuda(NormForwardTensors& t, bool centered, const NormArgs& args) {
+  const c10::cuda::CUDAGuard guard(t.x.device());
+  const char* op = centered ? "layer_norm" : "rms_norm";
+  const NormShape shape{to_dtype(t.x.scalar_type(), op), args.rows, args.n, centered};
+  const NormForward io{t.x.const_data_ptr(), data_or_null(t.residual), data_or_null(t.weight), data_or_null(t.bias),
+                       t.y.data_ptr(), t.residual_out.defined() ? t.residual_out.data_ptr() : nullptr,
+                       t.mean.defined() ? t.mean.data_ptr() : nullptr, t.rstd.data_ptr(), args.scalar};
+  check_cuda(norm_forward(shape, io, current_stream()), op);
 }
 
-void layer_norm_backward_cuda(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                              const at::Tensor& rstd, const at::Tensor& weight, at::Tensor& dx, at::Tensor* dweight,
-                              at::Tensor* dbias, const NormArgs& args) {
-  const c10::cuda::CUDAGuard guard(x.device());
-  const DType dtype = to_dtype(x.scalar_type(), "layer_norm_backward");
-  const at::Tensor mean_acc = as_acc(mean, x), rstd_acc = as_acc(rstd, x);
-  const size_t bytes = dweight ? layer_norm_backward_workspace_bytes(dtype, args.rows, args.n, sm_count()) : 0;
-  at::Tensor scratch = workspace(x, bytes);
-  check_cuda(layer_norm_backward(dtype, dy.const_data_ptr(), x.const_data_ptr(), mean_acc.const_data_ptr(),
-                                 rstd_acc.const_data_ptr(), data_or_null(weight), dx.data_ptr(),
-                                 dweight ? dweight->data_ptr() : nullptr, dbias ? dbias->data_ptr() : nullptr,
-                                 args.rows, args.n, bytes ? scratch.data_ptr() : nullptr, sm_count(),
-                                 current_stream()),
-             "layer_norm_backward");
+void norm_backward_cuda(NormBackwardTensors& t, bool centered, const NormArgs& args) {
+  const c10::cuda::CUDAGuard guard(t.x.device());
+  const char* op = centered ? "layer_norm_backward" : "rms_norm_backward";
+  const NormShape shape{to_dtype(t.x.scalar_type(), op), args.rows, args.n, centered};
+  const at::Tensor mean_acc = t.mean.defined() ? as_acc(t.mean, t.x) : at::Tensor(), rstd_acc = as_acc(t.rstd, t.x);
+  const size_t bytes = t.dweight.defined() ? norm_backward_workspace_bytes(shape, sm_count()) : 0;
+  at::Tensor scratch = workspace(t.x, bytes);
+  const NormBackward io{t.dy.const_data_ptr(),
+                        t.x.const_data_ptr(),
+                        data_or_null(t.grad_residual),
+                        data_or_null(mean_acc),
+                        rstd_acc.const_data_ptr(),
+                        data_or_null(t.weight),
+                        t.dx.data_ptr(),
+                        t.dweight.defined() ? t.dweight.data_ptr() : nullptr,
+                        t.dbias.defined() ? t.dbias.data_ptr() : nullptr};
+  check_cuda(norm_backward(shape, io, bytes ? scratch.data_ptr() : nullptr, sm_count(), current_stream()), op);
 }
 
 void softmax_forward_cuda(const at::Tensor& x, at::Tensor& y, const NormArgs& args) {

@@ -26,7 +26,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& inpu
                                                           const std::optional<at::Tensor>& bias, double eps);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
-    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias);
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& grad_residual);
+std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                            const std::optional<at::Tensor>& weight, std::optional<double> eps);
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
+                                                     at::IntArrayRef normalized_shape, const at::Tensor& rstd,
+                                                     const std::optional<at::Tensor>& weight,
+                                                     const std::optional<at::Tensor>& grad_residual);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm(
+    const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const at::Tensor& residual,
+                                                            at::IntArrayRef normalized_shape,
+                                                            const std::optional<at::Tensor>& weight,
+                                                            std::optional<double> eps);
+std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& input, const at::Tensor& target,
+                                                 c10::string_view reduction, int64_t ignore_index,
+                                                 double label_smoothing);
+at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
+                                  const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
+                                  c10::string_view reduction, int64_t ignore_index, double label_smoothing);
 at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype);
 at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
 at::Tensor causal_softmax(const at::Tensor& scores, double scale);

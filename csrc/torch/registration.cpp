@@ -15,7 +15,23 @@ TORCH_LIBRARY(fastreduce, m) {
       "-> (Tensor, Tensor, Tensor)");
   m.def(
       "layer_norm_backward(Tensor grad_out, Tensor input, int[] normalized_shape, Tensor mean, Tensor rstd, "
-      "Tensor? weight, Tensor? bias) -> (Tensor, Tensor, Tensor)");
+      "Tensor? weight, Tensor? bias, Tensor? grad_residual=None) -> (Tensor, Tensor, Tensor)");
+  m.def("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> (Tensor, Tensor)");
+  m.def(
+      "rms_norm_backward(Tensor grad_out, Tensor input, int[] normalized_shape, Tensor rstd, Tensor? weight, "
+      "Tensor? grad_residual=None) -> (Tensor, Tensor)");
+  m.def(
+      "add_layer_norm(Tensor input, Tensor residual, int[] normalized_shape, Tensor? weight=None, "
+      "Tensor? bias=None, float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "add_rms_norm(Tensor input, Tensor residual, int[] normalized_shape, Tensor? weight=None, "
+      "float? eps=None) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "cross_entropy(Tensor input, Tensor target, str reduction=\"mean\", int ignore_index=-100, "
+      "float label_smoothing=0.0) -> (Tensor, Tensor)");
+  m.def(
+      "cross_entropy_backward(Tensor grad_loss, Tensor? grad_lse, Tensor input, Tensor target, Tensor lse, "
+      "str reduction, int ignore_index, float label_smoothing) -> Tensor");
   m.def("softmax(Tensor self, int dim=-1, *, ScalarType? dtype=None) -> Tensor");
   m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
   m.def("causal_softmax(Tensor scores, float scale=1.0) -> Tensor");
@@ -33,6 +49,12 @@ TORCH_LIBRARY(fastreduce, m) {
   m.impl("amin", &fastreduce::amin);               \
   m.impl("layer_norm", &fastreduce::layer_norm);   \
   m.impl("layer_norm_backward", &fastreduce::layer_norm_backward); \
+  m.impl("rms_norm", &fastreduce::rms_norm);       \
+  m.impl("rms_norm_backward", &fastreduce::rms_norm_backward); \
+  m.impl("add_layer_norm", &fastreduce::add_layer_norm); \
+  m.impl("add_rms_norm", &fastreduce::add_rms_norm); \
+  m.impl("cross_entropy", &fastreduce::cross_entropy); \
+  m.impl("cross_entropy_backward", &fastreduce::cross_entropy_backward); \
   m.impl("softmax", &fastreduce::softmax);         \
   m.impl("softmax_backward", &fastreduce::softmax_backward); \
   m.impl("causal_softmax", &fastreduce::causal_softmax); \

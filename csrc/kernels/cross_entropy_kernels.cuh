@@ -1,0 +1,193 @@
+// Fused cross-entropy over (rows, classes) logits and one class index per
+// row, as torch.nn.functional.cross_entropy (ignore_index, label smoothing):
+//   loss = lse - (1 - eps) * x[target] - eps / classes * sum(x)
+// The forward reads each row once, keeping an online log-sum-exp (running
+// max, rescaled sum) per thread, and never writes probabilities; the
+// backward reads the row once more and writes the gradient
+//   dx = (g + g_lse) * softmax(x) - g * ((1 - eps) * [j == target] + eps / classes)
+// One block per row: vocabulary rows are long (50k-256k), rows are many.
+#pragma once
+
+#include <limits>
+
+#include "row_io.cuh"
+#include "row_math.cuh"
+
+namespace fastreduce {
+
+enum class LossReduction : int { None = 0, Mean = 1, Sum = 2 };
+
+constexpr int kCrossEntropyThreads = 256;
+
+template <typename T>
+struct CrossEntropyArgs {
+  const T* logits;
+  const int64_t* target;
+  int64_t rows, classes, ignore_index;
+  opmath_t<T> smoothing;
+};
+
+// Log-sum-exp of base-2 scaled logits u = x * log2(e): the largest u, the
+// sum of exp2(u - max), and the plain sum of the logits (label smoothing).
+template <typename A>
+struct LseState {
+  A max, sum, total;
+};
+
+// Folds one group of logits into `state`: the sum is rescaled only when the
+// group raises the max. A max of -inf (every logit so far -inf, a masked
+// vocabulary) shifts by 0 so the terms stay exp2(-inf) = 0, not NaN.
+template <int kVec, typename T, typename A>
+__device__ __forceinline__ void absorb(LseState<A>& state, const VecN<T, kVec>& pack) {
+  A u[kVec];
+  A top = state.max;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const A x = static_cast<A>(pack.elem[j]);
+    state.total += x;
+    u[j] = x * static_cast<A>(kLog2e);
+    top = max_acc(top, u[j]);
+  }
+  if (top > state.max) {
+    state.sum *= exp2_acc(state.max - top);
+    state.max = top;
+  }
+  const A shift = state.max == -std::numeric_limits<A>::infinity() ? A(0) : state.max;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) state.sum += exp2_acc(u[j] - shift);
+}
+
+template <typename A>
+__device__ __forceinline__ LseState<A> merge(const LseState<A>& a, const LseState<A>& b) {
+  const A top = max_acc(a.max, b.max);
+  if (top == -std::numeric_limits<A>::infinity()) return {top, A(0), a.total + b.total};
+  return {top, a.sum * exp2_acc(a.max - top) + b.sum * exp2_acc(b.max - top), a.total + b.total};
+}
+
+// Every thread gets the block's merged state (fixed order: reproducible).
+template <typename A>
+__device__ LseState<A> block_merge(LseState<A> state) {
+  __shared__ LseState<A> scratch[kWarpSize];
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    state = merge(state, LseState<A>{__shfl_xor_sync(kFullMask, state.max, offset),
+                                     __shfl_xor_sync(kFullMask, state.sum, offset),
+                                     __shfl_xor_sync(kFullMask, state.total, offset)});
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) scratch[warp] = state;
+  __syncthreads();
+  state = scratch[0];
+  for (int w = 1; w < int(blockDim.x / kWarpSize); ++w) state = merge(state, scratch[w]);
+  return state;
+}
+
+// f(i, pack) over the row's groups of kVec (the row 16-byte aligned when
+// kVec > 1, classes a multiple of kVec), four loads in flight per thread.
+template <int kVec, typename T, typename F>
+__device__ __forceinline__ void for_each_pack(const T* row, int64_t classes, F&& f) {
+  using Pack = VecN<T, kVec>;
+  constexpr int kUnroll = 4;
+  const auto* packs = reinterpret_cast<const Pack*>(row);
+  const int64_t count = classes / kVec, stride = blockDim.x;
+  for (int64_t base = threadIdx.x; base < count; base += kUnroll * stride) {
+    Pack p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < count) p[u] = packs[base + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < count) f(base + u * stride, p[u]);
+  }
+}
+
+// Writes lse[row] and the row's loss (accumulator type; 0 for ignored rows,
+// NaN for a target outside [0, classes)).
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_forward_kernel(CrossEntropyArgs<T> a, opmath_t<T>* __restrict__ lse,
+                                 opmath_t<T>* __restrict__ row_loss) {
+  using A = opmath_t<T>;
+  const int64_t row = blockIdx.x;
+  const T* x = a.logits + row * a.classes;
+  LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
+  for_each_pack<kVec>(x, a.classes, [&](int64_t, const VecN<T, kVec>& pack) { absorb(state, pack); });
+  state = block_merge(state);
+  if (threadIdx.x != 0) return;
+  const A row_lse = (state.max + log2(state.sum)) / static_cast<A>(kLog2e);
+  lse[row] = row_lse;
+  const int64_t t = a.target[row];
+  A loss = 0;
+  if (t != a.ignore_index) {
+    loss = t < 0 || t >= a.classes
+               ? std::numeric_limits<A>::quiet_NaN()
+               : row_lse - (A(1) - a.smoothing) * static_cast<A>(x[t]) -
+                     a.smoothing / static_cast<A>(a.classes) * state.total;
+  }
+  row_loss[row] = loss;
+}
+
+// reduction None: out[r] = row_loss[r] in T (any grid). Mean/Sum: one block
+// writes the sum over rows (divided by the rows not ignored for Mean: 0/0 =
+// NaN when every row is ignored, as torch).
+template <typename T>
+__global__ void cross_entropy_reduce_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ row_loss,
+                                            LossReduction reduction, T* __restrict__ out) {
+  using A = opmath_t<T>;
+  if (reduction == LossReduction::None) {
+    for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < a.rows; r += int64_t(gridDim.x) * blockDim.x)
+      out[r] = static_cast<T>(row_loss[r]);
+    return;
+  }
+  __shared__ A scratch[kWarpSize];
+  A total = 0, counted = 0;
+  for (int64_t r = threadIdx.x; r < a.rows; r += blockDim.x) {
+    total += row_loss[r];
+    counted += a.target[r] != a.ignore_index;
+  }
+  total = block_allreduce<SumOp<A>>(total, scratch);
+  counted = block_allreduce<SumOp<A>>(counted, scratch);
+  if (threadIdx.x == 0) *out = static_cast<T>(reduction == LossReduction::Mean ? total / counted : total);
+}
+
+// The per-row loss gradient for Mean and Sum: one scalar, divided by the rows
+// not ignored for Mean.
+template <typename T>
+__global__ void cross_entropy_grad_scale_kernel(CrossEntropyArgs<T> a, const T* __restrict__ grad_loss,
+                                                LossReduction reduction, opmath_t<T>* __restrict__ scale) {
+  using A = opmath_t<T>;
+  __shared__ A scratch[kWarpSize];
+  A counted = 0;
+  if (reduction == LossReduction::Mean)
+    for (int64_t r = threadIdx.x; r < a.rows; r += blockDim.x) counted += a.target[r] != a.ignore_index;
+  counted = block_allreduce<SumOp<A>>(counted, scratch);
+  if (threadIdx.x == 0)
+    *scale = static_cast<A>(*grad_loss) / (reduction == LossReduction::Mean ? counted : A(1));
+}
+
+// `grad_loss`: per row (None) or null with `scale` holding the scalar;
+// `grad_lse` may be null.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_backward_kernel(CrossEntropyArgs<T> a, const T* __restrict__ grad_loss,
+                                  const opmath_t<T>* __restrict__ scale, const opmath_t<T>* __restrict__ grad_lse,
+                                  const opmath_t<T>* __restrict__ lse, T* __restrict__ grad_input) {
+  using A = opmath_t<T>;
+  const int64_t row = blockIdx.x;
+  const int64_t t = a.target[row];
+  const A g = t == a.ignore_index ? A(0) : grad_loss ? static_cast<A>(grad_loss[row]) : *scale;
+  const A soft = g + (grad_lse ? grad_lse[row] : A(0));
+  const A shift = lse[row] * static_cast<A>(kLog2e);
+  const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
+  auto* out = reinterpret_cast<VecN<T, kVec>*>(grad_input + row * a.classes);
+  for_each_pack<kVec>(a.logits + row * a.classes, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) {
+    VecN<T, kVec> result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const A p = exp2_acc(static_cast<A>(pack.elem[j]) * static_cast<A>(kLog2e) - shift);
+      result.elem[j] = static_cast<T>(soft * p - smooth - (i * kVec + j == t ? hit : A(0)));
+    }
+    out[i] = result;
+  });
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,213 @@
+// Row I/O shared by the row kernels (layer_norm, rms_norm, softmax,
+// cross-entropy): which threads share a row, and how a row gets from global
+// memory to them. Three ways:
+// - in registers as the 16-byte packs it was read in (RowThreads,
+//   load_packs): one warp per row (rows up to 1024) or one block per row
+//   (up to 512 threads of 4 packs: 8192 floats, 16384 bf16), every load in
+//   flight before the first reduction;
+// - staged in the warp's slice of shared memory with cp.async (short rows);
+// - one block per row, cached in shared memory as the accumulator type when
+//   it fits, streamed from global memory on each pass otherwise (Row).
+#pragma once
+
+#include "block_reduce.cuh"
+
+namespace fastreduce {
+
+template <typename T>
+using opmath_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// A row, read from its shared-memory copy when there is one.
+template <typename T, typename A>
+struct Row {
+  const T* global;
+  const A* cache;
+  __device__ __forceinline__ A operator[](int64_t i) const { return cache ? cache[i] : static_cast<A>(global[i]); }
+};
+
+// Copies row[0, n) into `cache` (if not null) and returns the view of it.
+// Ends with a barrier.
+template <typename T, typename A>
+__device__ Row<T, A> stage_row(const T* row, int64_t n, A* cache) {
+  if (cache) {
+    constexpr int kVec = Vec16<T>::kSize;
+    int64_t done = 0;
+    if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+      const auto* packs = reinterpret_cast<const Vec16<T>*>(row);
+      auto* out = reinterpret_cast<VecN<A, kVec>*>(cache);
+      done = n / kVec * kVec;
+      for (int64_t i = threadIdx.x; i < n / kVec; i += blockDim.x) {
+        const Vec16<T> p = packs[i];
+        VecN<A, kVec> converted;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) converted.elem[k] = static_cast<A>(p.elem[k]);
+        out[i] = converted;
+      }
+    }
+    for (int64_t i = done + threadIdx.x; i < n; i += blockDim.x) cache[i] = static_cast<A>(row[i]);
+  }
+  __syncthreads();
+  return {row, cache};
+}
+
+// Slot `slot` of the block's dynamic shared memory, laid out as 16-byte
+// aligned slots of n elements of E (the launchers size it the same way).
+template <typename E>
+__device__ __forceinline__ E* row_cache(int slot, int64_t n) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const int64_t stride = (n * sizeof(E) + 15) / 16 * 16;
+  return reinterpret_cast<E*>(shared_bytes + slot * stride);
+}
+
+// Rows of up to 1024 elements run one warp each, eight warps per block.
+constexpr int kWarpRowsPerBlock = 8;
+
+// The calling warp's row, or -1 past the last row (the whole warp leaves).
+__device__ __forceinline__ int64_t warp_row(int64_t rows) {
+  const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  return row < rows ? row : -1;
+}
+
+// ---- Kernels with the row in registers as it was read: thread `rank` of
+// the `count` that share a row holds packs rank, rank + count, ... of kVec
+// elements of T (n a multiple of kVec), converted to A where used, and
+// issues all of its loads of a row before the first reduction.
+
+// Threads per row of the block-per-row register kernels at most: 4 packs
+// each covers 8192 floats or 16384 bf16.
+constexpr int kRowThreadsMax = 512;
+
+// The threads that share a row: one warp (kWarpRows) or the whole block.
+template <bool kWarpRows>
+struct RowThreads {
+  int64_t row;  // -1 past the last row (kernels that walk several rows set it)
+  int rank, count;
+  __device__ explicit RowThreads(int64_t rows)
+      : row(kWarpRows ? warp_row(rows) : int64_t(blockIdx.x)),
+        rank(kWarpRows ? threadIdx.x % kWarpSize : threadIdx.x),
+        count(kWarpRows ? kWarpSize : blockDim.x) {}
+  __device__ int group(int p) const { return p * count + rank; }
+  template <typename Op, typename A>
+  __device__ A allreduce(A value) const {
+    if constexpr (kWarpRows) {
+      return warp_allreduce<Op>(value);
+    } else {
+      __shared__ A scratch[kWarpSize];
+      return block_allreduce<Op>(value, scratch);
+    }
+  }
+};
+
+template <bool kWarpRows>
+constexpr int kRowThreadsBound = kWarpRows ? kWarpRowsPerBlock * kWarpSize : kRowThreadsMax;
+
+// packs[p] = the thread's p-th pack of `row` if it is one of the first
+// `whole`, zeros otherwise: predicated loads in one straight line.
+template <bool kWarpRows, int kPacks, typename Pack>
+__device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads, const Pack* row, int whole,
+                                           Pack (&packs)[kPacks]) {
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < whole ? row[threads.group(p)] : Pack{};
+}
+
+// load_packs for a row of which only the first `valid` elements are read
+// (causal rows): the one pack that `valid` cuts is read element-wise after.
+template <bool kWarpRows, int kPacks, typename T, int kVec>
+__device__ __forceinline__ void load_valid_packs(const RowThreads<kWarpRows>& threads, const T* row, int valid,
+                                                 VecN<T, kVec> (&packs)[kPacks]) {
+  load_packs(threads, reinterpret_cast<const VecN<T, kVec>*>(row), valid / kVec, packs);
+  if (valid % kVec == 0) return;
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+    if (threads.group(p) == valid / kVec)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        if (threads.group(p) * kVec + j < valid) packs[p].elem[j] = row[threads.group(p) * kVec + j];
+}
+
+// ---- Forward kernels for short rows: one warp per row, the row staged in
+// the warp's slice of shared memory with cp.async. No registers are held
+// while the loads are in flight, so occupancy is set by shared memory (48-64
+// warps per SM) instead of by a row in registers (16-24): three times the
+// bytes in flight (softmax bf16 (98304, 1024): 158 -> 131 µs).
+// Loops go over groups of kVec elements: 16-byte packs when every row of
+// every buffer is 16-byte aligned and n a multiple of the pack, else 1.
+
+__device__ __forceinline__ void copy16_async(void* shared, const void* global) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+#else
+  *static_cast<uint4*>(shared) = *static_cast<const uint4*>(global);
+#endif
+}
+
+__device__ __forceinline__ void wait_async_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// Copies row[0, count) into the warp's `stage` and returns once every lane's
+// copies have landed: whole packs asynchronously, the rest element-wise.
+template <int kVec, typename T>
+__device__ __forceinline__ void stage_warp_row(T* stage, const T* row, int count) {
+  const int lane = threadIdx.x % kWarpSize;
+  int done = 0;
+  if constexpr (kVec > 1) {
+    done = count / kVec * kVec;
+    for (int i = lane * kVec; i < done; i += kWarpSize * kVec) copy16_async(stage + i, row + i);
+  }
+  for (int i = done + lane; i < count; i += kWarpSize) stage[i] = row[i];
+  wait_async_copies();
+  __syncwarp();
+}
+
+// f(stage[i]) for the lane's elements i < count (count <= the row length):
+// whole groups without per-element checks, then the one partial group of a
+// causal row. Offsets within a row are int: short rows only.
+template <int kVec, typename A, typename T, typename F>
+__device__ __forceinline__ void for_each_staged(const T* stage, int count, F&& f) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int groups = count / kVec;
+  for (int g = lane; g < groups; g += kWarpSize) {
+    const VecN<T, kVec> pack = reinterpret_cast<const VecN<T, kVec>*>(stage)[g];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f(static_cast<A>(pack.elem[j]));
+  }
+  if (lane == groups % kWarpSize)
+    for (int i = groups * kVec; i < count; ++i) f(static_cast<A>(stage[i]));
+}
+
+// out[i .. i + kVec) = f(i, v) for the lane's groups of [0, n), where v holds
+// stage[i .. i + kVec) and f rewrites it in place. Stores are kVec wide.
+template <int kVec, typename A, typename T, typename F>
+__device__ __forceinline__ void map_staged(const T* stage, T* out, int n, F&& f) {
+  for (int first = (threadIdx.x % kWarpSize) * kVec; first < n; first += kWarpSize * kVec) {
+    const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(stage + first);
+    A v[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = static_cast<A>(pack.elem[j]);
+    f(first, v);
+    VecN<T, kVec> result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(v[j]);
+    *reinterpret_cast<VecN<T, kVec>*>(out + first) = result;
+  }
+}
+
+// v[j] = op(v[j], params[first + j]) for a group, read as one kVec-wide load.
+template <int kVec, typename A, typename T, typename Op>
+__device__ __forceinline__ void apply_params(const T* params, int64_t first, A (&v)[kVec], Op op) {
+  const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(params + first);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) v[j] = op(v[j], static_cast<A>(pack.elem[j]));
+}
+
+// Eight blocks of eight warps per SM (32 registers): 64 warps, so up to
+// 132 * 64 rows are in flight at once and (8192, 768) runs as one wave rather
+// than 1.3 (40 registers: 48 warps per SM). Double would spill at 32.
+template <typename T>
+constexpr int kStagedMinBlocks = sizeof(T) <= 4 ? 8 : 4;
+
+}  // namespace fastreduce

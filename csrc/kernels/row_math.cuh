@@ -1,0 +1,25 @@
+// Device math of the row kernels in the accumulator type (float, or double
+// for double input).
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace fastreduce {
+
+// Softmax works in base 2: inputs are multiplied by scale * log2(e) once, so
+// each element costs one exp2 (a single MUFU.EX2 for float) after the max.
+constexpr double kLog2e = 1.4426950408889634;
+// Float: one MUFU.EX2; results below 2^-126 flush to 0, which a softmax
+// term that small is anyway next to the row's largest (2^0).
+__device__ __forceinline__ float exp2_acc(float v) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(v));
+  return result;
+}
+__device__ __forceinline__ double exp2_acc(double v) { return exp2(v); }
+__device__ __forceinline__ float max_acc(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double max_acc(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
+
+}  // namespace fastreduce

@@ -1,0 +1,157 @@
+// Softmax (plain and GPT-2 causal), forward and backward, in the three row
+// shapes of row_io.cuh.
+#pragma once
+
+#include "row_io.cuh"
+#include "row_math.cuh"
+
+namespace fastreduce {
+
+// Softmax of scale * row over its first `valid` entries, zeros after them:
+// valid = n for softmax, row % causal + 1 for the causal attention softmax
+// (which then never reads the upper triangle).
+template <typename T>
+__global__ void softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int64_t causal,
+                                       opmath_t<T> scale, bool cached) {
+  using A = opmath_t<T>;
+  __shared__ A scratch[kWarpSize];
+  const int64_t offset = blockIdx.x * n;
+  const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
+  const Row<T, A> row = stage_row(x + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
+  const A scale2 = scale * static_cast<A>(kLog2e);
+  A top = MaxOp<A>::identity();
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale2 * row[i]);
+  top = block_allreduce<MaxOp<A>>(top, scratch);
+  A sum = 0;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp2_acc(scale2 * row[i] - top);
+  const A inv = A(1) / block_allreduce<SumOp<A>>(sum, scratch);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    y[offset + i] = static_cast<T>(i < valid ? exp2_acc(scale2 * row[i] - top) * inv : A(0));
+}
+
+// dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after.
+template <typename T>
+__global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
+                                        int64_t n, int64_t causal, opmath_t<T> scale, bool cached) {
+  using A = opmath_t<T>;
+  __shared__ A scratch[kWarpSize];
+  const int64_t offset = blockIdx.x * n;
+  const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
+  const Row<T, A> ys = stage_row(y + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
+  const Row<T, A> gs = stage_row(dy + offset, valid, cached ? row_cache<A>(1, n) : nullptr);
+  A dot = 0;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) dot += ys[i] * gs[i];
+  dot = block_allreduce<SumOp<A>>(dot, scratch);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
+}
+
+// Softmax (causal: `valid` = row % causal + 1 entries) with the row in
+// registers; only the valid entries are read.
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
+    softmax_forward_lanes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
+                                 opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  using Pack = VecN<T, kVec>;
+  const RowThreads<kWarpRows> threads(rows);
+  if (threads.row < 0) return;
+  const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
+  Pack packs[kPacks];
+  load_valid_packs(threads, x + threads.row * n, valid, packs);
+  const A scale2 = scale * static_cast<A>(kLog2e);
+  auto for_each_valid = [&](auto&& f) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        if (threads.group(p) * kVec + j < valid) f(scale2 * static_cast<A>(packs[p].elem[j]));
+  };
+  A top = -std::numeric_limits<A>::infinity();
+  for_each_valid([&](A v) { top = max_acc(top, v); });
+  top = threads.template allreduce<MaxOp<A>>(top);
+  A sum = 0;
+  for_each_valid([&](A v) { sum += exp2_acc(v - top); });
+  const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
+  Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int g = threads.group(p);
+    if (g >= n / kVec) continue;
+    Pack result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      result.elem[j] =
+          static_cast<T>(g * kVec + j < valid ? exp2_acc(scale2 * static_cast<A>(packs[p].elem[j]) - top) * inv : A(0));
+    out[g] = result;
+  }
+}
+
+// dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after,
+// with y and dy in registers.
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
+    softmax_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
+                                  int64_t rows, int n, int64_t causal, opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  using Pack = VecN<T, kVec>;
+  const RowThreads<kWarpRows> threads(rows);
+  if (threads.row < 0) return;
+  const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
+  Pack ys[kPacks], gs[kPacks];
+  load_valid_packs(threads, y + threads.row * n, valid, ys);
+  load_valid_packs(threads, dy + threads.row * n, valid, gs);
+  A dot = 0;  // entries past `valid` are zero packs
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) dot += static_cast<A>(ys[p].elem[j]) * static_cast<A>(gs[p].elem[j]);
+  dot = threads.template allreduce<SumOp<A>>(dot);
+  Pack* const out = reinterpret_cast<Pack*>(dx + threads.row * n);
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (threads.group(p) >= n / kVec) continue;
+    Pack result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const A product = scale * static_cast<A>(ys[p].elem[j]) * (static_cast<A>(gs[p].elem[j]) - dot);
+      result.elem[j] = static_cast<T>(threads.group(p) * kVec + j < valid ? product : A(0));
+    }
+    out[threads.group(p)] = result;
+  }
+}
+
+// NaN needs no special care: it makes the sum, and so the whole row, NaN, as in torch.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks<T>)
+    softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
+                                opmath_t<T> scale) {
+  using A = opmath_t<T>;
+  const int64_t row = warp_row(rows);
+  if (row < 0) return;
+  const int valid = causal ? static_cast<int>(row % causal) + 1 : n;
+  T* const stage = row_cache<T>(threadIdx.x / kWarpSize, n);  // the warp's slot
+  stage_warp_row<kVec>(stage, x + row * n, valid);
+  const A scale2 = scale * static_cast<A>(kLog2e);
+  A top = -std::numeric_limits<A>::infinity();
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, scale2 * v); });
+  top = warp_allreduce<MaxOp<A>>(top);
+  A sum = 0;
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(scale2 * v - top); });
+  const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
+  map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
+    if (first + kVec <= valid) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(scale2 * v[j] - top) * inv;
+    } else if (first >= valid) {  // above the diagonal
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = A(0);
+    } else {  // the diagonal's group
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
+    }
+  });
+}
+
+
+}  // namespace fastreduce

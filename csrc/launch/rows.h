@@ -1,0 +1,179 @@
+// How the row kernels (row_io.cuh) are launched: the row shape picks warp
+// or block rows, registers or shared memory, packs or elements. Shared by
+// the norm, softmax and cross-entropy launchers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <initializer_list>
+#include <tuple>
+#include <utility>
+
+#include "../kernels/dtype.h"
+#include "../kernels/row_io.cuh"
+
+namespace fastreduce {
+namespace rows {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// About eight elements per thread, 32 to 1024 threads.
+inline int row_threads(int64_t n) {
+  int threads = 32;
+  while (threads < 1024 && threads * 8 < n) threads *= 2;
+  return threads;
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (beyond 48 KiB it must opt in).
+template <typename Kernel>
+cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+// Dynamic shared memory for `slots` rows of n elements of elem_size bytes, in
+// the kernels' row_cache() layout, or 0 when they do not fit.
+template <typename Kernel>
+size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t elem_size) {
+  const size_t bytes = slots * ((n * elem_size + 15) / 16 * 16);
+  int device = 0, limit = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return 0;
+  if (bytes > size_t(limit) - 1024) return 0;  // leave room for the static scratch
+  return allow_shared_bytes(kernel, bytes) == cudaSuccess ? bytes : 0;
+}
+
+// Rows up to this length run one warp each: staged in shared memory forward,
+// in registers backward.
+constexpr int64_t kWarpRowMax = 1024;
+
+// Calls f(kPerLane, kVec) for the first count of kCounts whose kPerLane =
+// kVec * count elements per lane cover n (counts beyond 32 elements are not
+// compiled).
+template <int kVec, int... kCounts, typename F>
+cudaError_t with_count(int64_t n, std::integer_sequence<int, kCounts...>, F&& f) {
+  cudaError_t result = cudaErrorInvalidValue;
+  auto try_count = [&](auto count) {
+    constexpr int kPerLane = kVec * decltype(count)::value;
+    if constexpr (kPerLane > kWarpSize) {
+      return false;
+    } else {
+      if (int64_t(kWarpSize) * kPerLane < n) return false;
+      result = f(std::integral_constant<int, kPerLane>{}, std::integral_constant<int, kVec>{});
+      return true;
+    }
+  };
+  (try_count(std::integral_constant<int, kCounts>{}) || ...);
+  return result;
+}
+
+// Whether every row of n elements of every buffer starts 16-byte aligned and
+// n is a whole number of 16-byte packs (null buffers do not count).
+template <typename T>
+bool packable(int64_t n, std::initializer_list<const void*> buffers) {
+  bool packed = n % Vec16<T>::kSize == 0;
+  for (const void* buffer : buffers) packed = packed && reinterpret_cast<uintptr_t>(buffer) % 16 == 0;
+  return packed;
+}
+
+// Calls f(kVec) as an integral constant: the 16-byte pack when packable, else 1.
+template <typename T, typename F>
+cudaError_t with_vec(int64_t n, std::initializer_list<const void*> buffers, F&& f) {
+  if (packable<T>(n, buffers)) return f(std::integral_constant<int, Vec16<T>::kSize>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+// Calls f(kPerLane, kVec) as integral constants, kVec as with_vec. kPerLane:
+// packed, the fewest of 1, 2, 3, 4, 6, 8, ... packs per lane that cover n
+// (768 floats: 6 packs, no idle registers); unpacked, a power of two.
+template <typename T, typename F>
+cudaError_t with_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f) {
+  if (packable<T>(n, buffers))
+    return with_count<Vec16<T>::kSize>(n, std::integer_sequence<int, 1, 2, 3, 4, 6, 8, 12, 16>{}, f);
+  return with_count<1>(n, std::integer_sequence<int, 1, 2, 4, 8, 16, 32>{}, f);
+}
+
+inline int64_t warp_row_blocks(int64_t rows) { return ceil_div(rows, kWarpRowsPerBlock); }
+constexpr int kWarpRowThreads = kWarpRowsPerBlock * kWarpSize;
+
+// One warp per row (rows up to kWarpRowMax); `args` are the kernel's arguments.
+template <typename Kernel, typename Args>
+cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, const Args& args,
+                             int rows_per_block = kWarpRowsPerBlock) {
+  const int64_t blocks = ceil_div(rows, rows_per_block);
+  std::apply([&](auto... a) { kernel<<<blocks, rows_per_block * kWarpSize, 0, stream>>>(a...); }, args);
+  return cudaGetLastError();
+}
+
+// One warp per row with the row staged in shared memory: a row_cache() slot
+// of n elements per warp.
+template <typename Kernel, typename Args>
+cudaError_t launch_staged_rows(Kernel kernel, int64_t rows, int64_t n, size_t elem_size, cudaStream_t stream,
+                               const Args& args) {
+  const size_t bytes = cache_bytes(kernel, kWarpRowsPerBlock, n, elem_size);
+  if (bytes == 0) return cudaErrorInvalidConfiguration;  // rows up to kWarpRowMax always fit
+  std::apply([&](auto... a) { kernel<<<warp_row_blocks(rows), kWarpRowThreads, bytes, stream>>>(a...); }, args);
+  return cudaGetLastError();
+}
+
+// Rows longer than kWarpRowMax with the row in registers, one block each:
+// the fewest threads (a power of two) that hold the row's packs four at most
+// each, or 0 when that takes more than kRowThreadsMax.
+inline int block_lane_threads(int64_t groups) {
+  int threads = kWarpSize;
+  while (threads * int64_t(4) < groups) threads *= 2;
+  return threads <= kRowThreadsMax ? threads : 0;
+}
+
+// Launches kernel_for(kPacks, kVec) (integral constants) on `blocks` blocks
+// that share each row with the row in registers, or returns fallback() when
+// the row does not fit. Rows beyond kWarpRowMax have over 128 packs, so 3 or
+// 4 per thread.
+template <typename T, typename KernelFor, typename Args, typename Fallback>
+cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
+                               std::initializer_list<const void*> buffers, cudaStream_t stream,
+                               KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
+  return with_vec<T>(n, buffers, [&](auto vec) {
+    const int64_t groups = n / decltype(vec)::value;
+    const int threads = block_lane_threads(groups);
+    if (threads == 0) return fallback();
+    auto launch = [&](auto packs) {
+      const auto kernel = kernel_for(packs, vec);
+      if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
+      std::apply([&](auto... a) { kernel<<<blocks, threads, shared_bytes, stream>>>(a...); }, args);
+      return cudaGetLastError();
+    };
+    return ceil_div(groups, threads) <= 3 ? launch(std::integral_constant<int, 3>{})
+                                          : launch(std::integral_constant<int, 4>{});
+  });
+}
+
+// One block per row with `slots` rows of n accumulators cached in shared
+// memory when they fit; the kernel's last argument says whether they did.
+template <typename Kernel, typename Args>
+cudaError_t launch_block_rows(Kernel kernel, int slots, size_t acc_size, int64_t rows, int64_t n,
+                              cudaStream_t stream, const Args& args) {
+  const size_t bytes = cache_bytes(kernel, slots, n, acc_size);
+  std::apply([&](auto... a) { kernel<<<rows, row_threads(n), bytes, stream>>>(a..., bytes > 0); }, args);
+  return cudaGetLastError();
+}
+
+template <typename F>
+cudaError_t dispatch_floating(DType dtype, F&& f) {
+  return visit_dtype<__half, __nv_bfloat16>(dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::numeric_limits<T>::is_integer) return cudaErrorInvalidValue;
+    else return f(tag);
+  });
+}
+
+inline DType acc_dtype(DType dtype) { return dtype == DType::Double ? DType::Double : DType::Float; }
+
+// Elements per 16-byte pack of a floating dtype.
+inline int pack_elements(DType dtype) { return dtype == DType::Double ? 2 : dtype == DType::Float ? 4 : 8; }
+
+}  // namespace rows
+}  // namespace fastreduce

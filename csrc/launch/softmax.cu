@@ -1,0 +1,65 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../kernels/softmax_kernels.cuh"
+#include "rows.h"
+#include "softmax.h"
+
+namespace fastreduce {
+
+using namespace rows;
+
+cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, int64_t n, int64_t causal,
+                            double scale, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return dispatch_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<T*>(y));
+    const auto row_args =
+        std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
+    if (n <= kWarpRowMax)
+      return with_vec<T>(n, {x, y}, [&](auto vec) {
+        return launch_staged_rows(softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
+                                  row_args);
+      });
+    return launch_block_lanes<T>(
+        rows, 0, n, {x, y}, stream,
+        [](auto packs, auto vec) {
+          return softmax_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+        },
+        row_args, [&] {
+          return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
+                                   std::tuple_cat(args, std::make_tuple(n, causal, static_cast<A>(scale))));
+        });
+  });
+}
+
+cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* dx, int64_t rows, int64_t n,
+                             int64_t causal, double scale, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return dispatch_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto args = std::make_tuple(static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx));
+    const auto row_args =
+        std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
+    if (n <= kWarpRowMax)
+      return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
+        constexpr int kVec = decltype(vec)::value;
+        return launch_warp_rows(softmax_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true>,
+                                rows, stream, row_args);
+      });
+    return launch_block_lanes<T>(
+        rows, 0, n, {y, dy, dx}, stream,
+        [](auto packs, auto vec) {
+          return softmax_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+        },
+        row_args, [&] {
+          return launch_block_rows(softmax_backward_kernel<T>, 2, sizeof(A), rows, n, stream,
+                                   std::tuple_cat(args, std::make_tuple(n, causal, static_cast<A>(scale))));
+        });
+  });
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,128 @@
+// CPU cross-entropy, a row per task: the row widened to the accumulator type
+// once, then max, sum of exponentials and (label smoothing) the plain sum on
+// at::vec vectors. Same formulas as the CUDA kernels
+// (cross_entropy_kernels.cuh); row losses are summed in row order.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common.h"
+#include "cpu_vec.h"
+
+namespace fastreduce {
+namespace {
+
+using cpu::Vec;
+
+int64_t grain(int64_t classes) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(classes, 1)); }
+
+// log(sum(exp(row))), -inf for an all -inf row, NaN with any NaN or +inf.
+template <typename A>
+A log_sum_exp(const A* row, int64_t classes) {
+  using V = Vec<A>;
+  const A top = at::vec::reduce_all<A>([](V a, V b) { return at::vec::maximum(a, b); }, row, classes);
+  if (top == -std::numeric_limits<A>::infinity() || std::isnan(top)) return top;
+  const A total = at::vec::map_reduce_all<A>([top](V v) { return (v - V(top)).exp(); },
+                                             [](V a, V b) { return a + b; }, row, classes);
+  return top + std::log(total);
+}
+
+template <typename T>
+void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
+                  const CrossEntropyArgs& args) {
+  using A = at::opmath_type<T>;
+  const T* xs = logits.const_data_ptr<T>();
+  const int64_t* targets = target.const_data_ptr<int64_t>();
+  A* lses = lse.data_ptr<A>();
+  const int64_t classes = args.classes;
+  const A smoothing = static_cast<A>(args.label_smoothing);
+  std::vector<A> row_loss(args.rows);
+  at::parallel_for(0, args.rows, grain(classes), [&](int64_t begin, int64_t end) {
+    std::vector<A> buffer;
+    for (int64_t r = begin; r < end; ++r) {
+      const A* row = cpu::widen(xs + r * classes, classes, buffer);
+      const A row_lse = log_sum_exp(row, classes);
+      lses[r] = row_lse;
+      const int64_t t = targets[r];
+      if (t == args.ignore_index) {
+        row_loss[r] = 0;
+        continue;
+      }
+      TORCH_CHECK(t >= 0 && t < classes, "cross_entropy: argument 'target' holds class ", to_text(t),
+                  ", outside [0, ", to_text(classes), ")");
+      const A total = smoothing == A(0) ? A(0) : cpu::sum(row, classes);
+      row_loss[r] = row_lse - (A(1) - smoothing) * row[t] - smoothing / static_cast<A>(classes) * total;
+    }
+  });
+  T* out = loss.data_ptr<T>();
+  if (args.reduction == 0) {
+    std::transform(row_loss.begin(), row_loss.end(), out, [](A v) { return static_cast<T>(v); });
+    return;
+  }
+  A total = 0, counted = 0;
+  for (int64_t r = 0; r < args.rows; ++r) {
+    total += row_loss[r];
+    counted += targets[r] != args.ignore_index;
+  }
+  *out = static_cast<T>(args.reduction == 1 ? total / counted : total);
+}
+
+template <typename T>
+void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
+                   const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
+                   const CrossEntropyArgs& args) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  const T* xs = logits.const_data_ptr<T>();
+  const int64_t* targets = target.const_data_ptr<int64_t>();
+  const A* lses = lse.const_data_ptr<A>();
+  const A* grad_lses = grad_lse.defined() ? grad_lse.const_data_ptr<A>() : nullptr;
+  const T* grads = grad_loss.const_data_ptr<T>();
+  T* dxs = grad_input.data_ptr<T>();
+  const int64_t classes = args.classes;
+  const A smoothing = static_cast<A>(args.label_smoothing);
+  A scale = 0;  // mean and sum: one gradient for every row
+  if (args.reduction != 0) {
+    A counted = 0;
+    for (int64_t r = 0; r < args.rows; ++r) counted += targets[r] != args.ignore_index;
+    scale = static_cast<A>(grads[0]) / (args.reduction == 1 ? counted : A(1));
+  }
+  at::parallel_for(0, args.rows, grain(classes), [&](int64_t begin, int64_t end) {
+    std::vector<A> buffer, out_buffer(std::is_same_v<T, A> ? 0 : classes);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t t = targets[r];
+      const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
+      const V soft(g + (grad_lses ? grad_lses[r] : A(0)));
+      const V shift(lses[r]), smooth(g * smoothing / static_cast<A>(classes));
+      const A* row = cpu::widen(xs + r * classes, classes, buffer);
+      A* out = std::is_same_v<T, A> ? reinterpret_cast<A*>(dxs + r * classes) : out_buffer.data();
+      int64_t i = 0;
+      for (; i + V::size() <= classes; i += V::size())
+        (soft * (V::loadu(row + i) - shift).exp() - smooth).store(out + i);
+      if (i < classes) (soft * (V::loadu(row + i, classes - i) - shift).exp() - smooth).store(out + i, classes - i);
+      if (t >= 0 && t < classes) out[t] -= g * (A(1) - smoothing);
+      cpu::narrow(out, dxs + r * classes, classes);
+    }
+  });
+}
+
+}  // namespace
+
+void cross_entropy_forward_cpu(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
+                               const CrossEntropyArgs& args) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "cross_entropy",
+                                  [&] { forward_rows<scalar_t>(logits, target, loss, lse, args); });
+}
+
+void cross_entropy_backward_cpu(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
+                                const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
+                                const CrossEntropyArgs& args) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "cross_entropy_backward", [&] {
+    backward_rows<scalar_t>(grad_loss, grad_lse, logits, target, lse, grad_input, args);
+  });
+}
+
+}  // namespace fastreduce

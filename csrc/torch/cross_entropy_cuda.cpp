@@ -1,0 +1,38 @@
+#include "../launch/cross_entropy.h"
+#include "common.h"
+#include "cuda_utils.h"
+
+namespace fastreduce {
+namespace {
+
+CrossEntropyShape shape_of(const at::Tensor& logits, const CrossEntropyArgs& args, const char* op) {
+  return {to_dtype(logits.scalar_type(), op), args.rows, args.classes, args.ignore_index, args.label_smoothing,
+          args.reduction};
+}
+
+}  // namespace
+
+void cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss,
+                                at::Tensor& lse, const CrossEntropyArgs& args) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const CrossEntropyShape shape = shape_of(logits, args, "cross_entropy");
+  at::Tensor scratch = workspace(logits, cross_entropy_workspace_bytes(shape));
+  check_cuda(cross_entropy_forward(shape, logits.const_data_ptr(), target.const_data_ptr<int64_t>(), loss.data_ptr(),
+                                   lse.data_ptr(), scratch.data_ptr(), current_stream()),
+             "cross_entropy");
+}
+
+void cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
+                                 const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
+                                 const CrossEntropyArgs& args) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const CrossEntropyShape shape = shape_of(logits, args, "cross_entropy_backward");
+  at::Tensor scratch = workspace(logits, cross_entropy_workspace_bytes(shape));
+  check_cuda(cross_entropy_backward(shape, grad_loss.const_data_ptr(),
+                                    grad_lse.defined() ? grad_lse.const_data_ptr() : nullptr,
+                                    logits.const_data_ptr(), target.const_data_ptr<int64_t>(), lse.const_data_ptr(),
+                                    grad_input.data_ptr(), scratch.data_ptr(), current_stream()),
+             "cross_entropy_backward");
+}
+
+}  // namespace fastreduce
