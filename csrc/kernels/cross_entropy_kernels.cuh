@@ -101,7 +101,8 @@ __device__ __forceinline__ void for_each_pack(const T* row, int64_t classes, F&&
 }
 
 // Writes lse[row] and the row's loss (accumulator type; 0 for ignored rows,
-// NaN for a target outside [0, classes)).
+// NaN for a target outside [0, classes)). Without smoothing the sum of the
+// logits is left out: 0 * -inf would make a masked vocabulary NaN.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_forward_kernel(CrossEntropyArgs<T> a, opmath_t<T>* __restrict__ lse,
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
     loss = t < 0 || t >= a.classes
                ? std::numeric_limits<A>::quiet_NaN()
                : row_lse - (A(1) - a.smoothing) * static_cast<A>(x[t]) -
-                     a.smoothing / static_cast<A>(a.classes) * state.total;
+                     (a.smoothing == A(0) ? A(0) : a.smoothing / static_cast<A>(a.classes) * state.total);
   }
   row_loss[row] = loss;
 }
