@@ -15,6 +15,7 @@ head start: autograd calls from Python take longer than the default's).
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -119,9 +120,12 @@ def main():
     torch._functorch.config.donated_buffer = False  # backward rows replay one graph
     env = environment()
     timer = Timer(flush_mb=1024)
-    cases = list(rms_cases()) + list(add_norm_cases()) + list(cross_entropy_cases())
+    # Generators, consumed one case at a time: each case's closures see its
+    # own tensors.
+    cases = itertools.chain(rms_cases(), add_norm_cases(), cross_entropy_cases())
+    total = 2 * len(RMS_SHAPES) + 2 * len(ADD_SHAPES) + 2 * len(CE_SHAPES)
     rows = []
-    for label, nbytes, ours, eager, compiled in progress(cases, "rows", len(cases)):
+    for label, nbytes, ours, eager, compiled in progress(cases, "rows", total):
         t_ours = timer.median_us(ours, 30)
         t_eager = timer.median_us(eager, 30)
         t_compiled = timer.median_us(compiled, 30)

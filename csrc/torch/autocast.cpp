@@ -1,9 +1,10 @@
 // Autocast for the operators whose aten counterparts autocast touches, with
 // the same policies (ATen's autocast_mode.cpp), so a model keeps its output
 // dtypes when fastreduce is swapped in:
-//   CUDA: layer_norm, rms_norm, the fused add+norms and cross_entropy run in
-//         float32 (fp32; the add+norms' residual_out too, where torch's
-//         unfused add would keep the input dtype); sum, prod and softmax take
+//   CUDA: layer_norm, add_layer_norm and cross_entropy run in float32 (fp32;
+//         add_layer_norm's residual_out too, where torch's unfused add would
+//         keep the input dtype); rms_norm and add_rms_norm fall through, as
+//         aten's rms_norm does (measured on torch 2.11); sum, prod and softmax take
 //         dtype=float32 when none is given (fp32_set_opt_dtype), and
 //         causal_softmax, a softmax without a dtype argument, likewise runs
 //         in float32. mean, amax and amin fall through (not listed by aten).
@@ -87,31 +88,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_autocast(const at::Ten
 }
 
 template <DeviceType Device>
-std::tuple<at::Tensor, at::Tensor> rms_norm_autocast(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                                                     const std::optional<at::Tensor>& weight,
-                                                     std::optional<double> eps) {
-  AutocastOff<Device> off;
-  return call_rms_norm(to_float<Device>(input), normalized_shape, to_float<Device>(weight), eps);
-}
-
-template <DeviceType Device>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_autocast(
     const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
   AutocastOff<Device> off;
   return call_add_layer_norm(to_float<Device>(input), to_float<Device>(residual), normalized_shape,
                              to_float<Device>(weight), to_float<Device>(bias), eps);
-}
-
-template <DeviceType Device>
-std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_autocast(const at::Tensor& input,
-                                                                     const at::Tensor& residual,
-                                                                     at::IntArrayRef normalized_shape,
-                                                                     const std::optional<at::Tensor>& weight,
-                                                                     std::optional<double> eps) {
-  AutocastOff<Device> off;
-  return call_add_rms_norm(to_float<Device>(input), to_float<Device>(residual), normalized_shape,
-                           to_float<Device>(weight), eps);
 }
 
 template <DeviceType Device>
@@ -131,9 +113,7 @@ void register_autocast_cuda(torch::Library& m) {
   m.impl("softmax", &softmax_autocast<cuda>);
   m.impl("causal_softmax", &causal_softmax_autocast<cuda>);
   m.impl("layer_norm", &layer_norm_autocast<cuda>);
-  m.impl("rms_norm", &rms_norm_autocast<cuda>);
   m.impl("add_layer_norm", &add_layer_norm_autocast<cuda>);
-  m.impl("add_rms_norm", &add_rms_norm_autocast<cuda>);
   m.impl("cross_entropy", &cross_entropy_autocast<cuda>);
 }
 
