@@ -20,7 +20,7 @@ using namespace rows;
 // kLongRowBlocksPerSm blocks per SM of consecutive rows each. Otherwise (rows
 // too long for registers or shared memory) a separate pass reads x and dy.
 constexpr int kFusedBlocksPerSm = 2;
-constexpr int kLongRowBlocksPerSm = 8;
+constexpr int kLongRowBlocksPerSm = 4;
 
 struct ParamGradPlan {
   bool fused;
