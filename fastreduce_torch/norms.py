@@ -60,9 +60,9 @@ def add_layer_norm(
     eps: float = 1e-5,
 ) -> tuple[Tensor, Tensor]:
     """The pre-norm residual step in one pass: returns
-    ``(layer_norm(h), h)`` with ``h = input + residual`` (rounded to the input
-    dtype, as the unfused add). The backward adds the gradient arriving at ``h``
-    in the same pass."""
+    ``(layer_norm(h), h)`` with ``h = input + residual`` (in the dtype torch's add
+    would give, and rounded to it as the unfused add). The backward adds the
+    gradient arriving at ``h`` in the same pass."""
     out, residual_out, _, _ = _add_layer_norm(input, residual, _shape(normalized_shape), weight, bias, eps)
     return out, residual_out
 
@@ -120,10 +120,15 @@ def _check_norm(name: str, input: Tensor, normalized_shape, residual: Tensor | N
     )
     if residual is not None:
         torch._check(
-            residual.shape == input.shape and residual.dtype == input.dtype,
-            lambda: f"{name}: argument 'residual' must match 'input' in shape and dtype",
+            residual.shape == input.shape and residual.dtype in FLOATING,
+            lambda: f"{name}: argument 'residual' must be floating with the shape of 'input'",
         )
     return list(input.shape[: input.dim() - k]) + [1] * k
+
+
+def _promoted(input: Tensor, residual: Tensor) -> Tensor:
+    """The rows the fused add normalises: input and residual promoted as torch's add."""
+    return input.new_empty(input.shape, dtype=torch.promote_types(input.dtype, residual.dtype))
 
 
 def _stats(input: Tensor, stats_shape: list[int], weight: Tensor | None, bias: Tensor | None = None,
@@ -159,14 +164,17 @@ def _rms_norm_backward_fake(grad_out, input, normalized_shape, rstd, weight, gra
 
 @torch.library.register_fake("fastreduce::add_layer_norm")
 def _add_layer_norm_fake(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
-    stats = _stats(input, _check_norm("add_layer_norm", input, normalized_shape, residual), weight, bias)
-    return input.new_empty(input.shape), input.new_empty(input.shape), stats, torch.empty_like(stats)
+    stats_shape = _check_norm("add_layer_norm", input, normalized_shape, residual)
+    h = _promoted(input, residual)
+    stats = _stats(h, stats_shape, weight, bias)
+    return torch.empty_like(h), torch.empty_like(h), stats, torch.empty_like(stats)
 
 
 @torch.library.register_fake("fastreduce::add_rms_norm")
 def _add_rms_norm_fake(input, residual, normalized_shape, weight=None, eps=None):
-    stats = _stats(input, _check_norm("add_rms_norm", input, normalized_shape, residual), weight, widen=True)
-    return input.new_empty(input.shape), input.new_empty(input.shape), stats
+    stats_shape = _check_norm("add_rms_norm", input, normalized_shape, residual)
+    h = _promoted(input, residual)
+    return torch.empty_like(h), torch.empty_like(h), _stats(h, stats_shape, weight, widen=True)
 
 
 @torch.library.register_fake("fastreduce::softmax")

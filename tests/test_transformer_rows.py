@@ -172,6 +172,27 @@ def test_add_norm_forward_and_backward(device, dtype, n, kind):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_add_norm_mixed_dtypes_promote_like_add(device, kind):
+    """A float32 residual stream beside bfloat16 sublayer outputs (autocast)."""
+    x = torch.randn(6, 64, device=device).bfloat16()
+    r = torch.randn(6, 64, device=device)
+    w = torch.randn(64, device=device)
+    fn = fr.add_layer_norm if kind == "layer" else fr.add_rms_norm
+    inputs = leaves(x, r, w)
+    (out, h), grads = grads_of(lambda x, r, w: fn(x, r, 64, w), inputs, (torch.ones(6, 64, device=device),) * 2)
+    (ref_out, ref_h), ref_grads = grads_of(lambda x, r, w: torch_add_norm(kind, x, r, [64], w, None, 1e-5
+                                                                          if kind == "layer" else None),
+                                           leaves(x, r, w), (torch.ones(6, 64, device=device),) * 2)
+    assert out.dtype == h.dtype == torch.float32
+    torch.testing.assert_close(h, ref_h)
+    torch.testing.assert_close(out, ref_out)
+    for ours, theirs in zip(grads, ref_grads):
+        assert ours.dtype == theirs.dtype
+        torch.testing.assert_close(ours, theirs, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_add_norm_only_one_output_used(device):
     x, r = leaves(torch.randn(5, 64, device=device), torch.randn(5, 64, device=device))
     out, h = fr.add_rms_norm(x, r, 64)
@@ -276,6 +297,8 @@ def test_cross_entropy_bad_arguments(device):
         fr.cross_entropy(logits, target, reduction="avg")
     with pytest.raises(RuntimeError, match="'residual'"):
         fr.add_rms_norm(logits, logits[:, :5], 10)
+    with pytest.raises(RuntimeError, match="'residual'"):
+        fr.add_rms_norm(logits, logits.int(), 10)
     with pytest.raises(RuntimeError, match="'weight'"):
         fr.rms_norm(logits, 10, torch.randn(9, device=device))
 

@@ -98,28 +98,32 @@ NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, con
                                 const std::optional<at::Tensor>& bias, double eps) {
   const char* op = kind.op;
   check_floating(input, op, "input");
-  if (residual) {
-    check_like(*residual, input, op, "residual", "input");
-    check_same_shape(*residual, input, op, "residual", "input");
-  }
-  check_param(weight, input, normalized_shape, op, "weight");
-  check_param(bias, input, normalized_shape, op, "bias");
-  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
   NormForwardTensors t;
   t.x = input.contiguous();
-  t.y = at::empty_like(t.x);
   if (residual) {
-    t.residual = residual->contiguous();
+    check_floating(*residual, op, "residual");
+    TORCH_CHECK(residual->device() == input.device(), op, ": argument 'residual' is on ",
+                to_text(residual->device()), " but 'input' is on ", to_text(input.device()));
+    check_same_shape(*residual, input, op, "residual", "input");
+    // Mixed dtypes promote as torch's add would (a float32 residual stream
+    // beside bfloat16 sublayer outputs under autocast): both are cast first.
+    const auto type = at::promote_types(input.scalar_type(), residual->scalar_type());
+    t.x = t.x.to(type);
+    t.residual = residual->to(type).contiguous();
     t.residual_out = at::empty_like(t.x);
   }
+  check_param(weight, t.x, normalized_shape, op, "weight");
+  check_param(bias, t.x, normalized_shape, op, "bias");
+  const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
+  t.y = at::empty_like(t.x);
   // rms_norm keeps rstd in the accumulator type on the CPU too (no aten
   // contract to follow, and its backward is sensitive to a rounded rstd).
-  t.rstd = stats_tensor(input, normalized_shape.size(), has_float_param(input, weight, bias) || !kind.centered);
+  t.rstd = stats_tensor(t.x, normalized_shape.size(), has_float_param(t.x, weight, bias) || !kind.centered);
   if (kind.centered) t.mean = at::empty_like(t.rstd);
-  t.weight = kernel_param(weight, input);
-  t.bias = kernel_param(bias, input);
+  t.weight = kernel_param(weight, t.x);
+  t.bias = kernel_param(bias, t.x);
   const NormArgs args{rows, n, 0, eps};
-  if (input.is_cuda()) norm_forward_cuda(t, kind.centered, args);
+  if (t.x.is_cuda()) norm_forward_cuda(t, kind.centered, args);
   else norm_forward_cpu(t, kind.centered, args);
   return t;
 }
