@@ -28,6 +28,8 @@ def cases(device: str):
     x = torch.randn(64, 256, device=device)
     w, b = torch.randn(256, device=device), torch.randn(256, device=device)
     s = torch.randn(1, 64, 64, device=device)
+    r = torch.randn(64, 256, device=device)
+    target = torch.randint(0, 256, (64,), device=device)
     return [
         ("sum(x, -1)", x, lambda t: fr.sum(t, -1), lambda t: torch.sum(t, -1)),
         ("sum(x)", x, lambda t: fr.sum(t), lambda t: torch.sum(t)),
@@ -40,6 +42,10 @@ def cases(device: str):
         ("softmax(x, -1)", x, lambda t: fr.softmax(t, -1), lambda t: torch.softmax(t, -1)),
         # Against one aten softmax: the masked_fill it replaces would add a call.
         ("causal_softmax(s) vs softmax(s)", s, lambda t: fr.causal_softmax(t, 0.5), lambda t: torch.softmax(t, -1)),
+        ("rms_norm(x, 256, w)", x, lambda t: fr.rms_norm(t, 256, w), lambda t: F.rms_norm(t, (256,), w)),
+        ("add_rms_norm(x, r, 256, w) vs add + rms_norm", x, lambda t: fr.add_rms_norm(t, r, 256, w),
+         lambda t: F.rms_norm(t + r, (256,), w)),
+        ("cross_entropy(x, target)", x, lambda t: fr.cross_entropy(t, target), lambda t: F.cross_entropy(t, target)),
     ]
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import _C
+from ._eager import plain
 from .norms import FLOATING
 
 _cross_entropy = torch.ops.fastreduce.cross_entropy.default
@@ -26,7 +28,10 @@ def cross_entropy(
     materialises probabilities, the backward writes the gradient in one more
     pass. With ``return_lse`` also returns each row's log-sum-exp (float32, or
     float64 for float64 logits), differentiable, for z-loss."""
-    loss, lse = _cross_entropy(input, target, reduction, ignore_index, label_smoothing)
+    if plain(input):
+        loss, lse = _C.cross_entropy(input, target, reduction, ignore_index, label_smoothing)
+    else:
+        loss, lse = _cross_entropy(input, target, reduction, ignore_index, label_smoothing)
     return (loss, lse) if return_lse else loss
 
 

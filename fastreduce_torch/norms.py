@@ -48,6 +48,8 @@ def rms_norm(
     """Root-mean-square normalisation over the trailing ``normalized_shape`` dims,
     like :func:`torch.nn.functional.rms_norm` (``eps=None``: the machine epsilon
     of float32, or of float64 for float64 input, as torch)."""
+    if plain(input):
+        return _C.rms_norm(input, _shape(normalized_shape), weight, eps)
     return _rms_norm(input, _shape(normalized_shape), weight, eps)[0]
 
 
@@ -63,6 +65,8 @@ def add_layer_norm(
     ``(layer_norm(h), h)`` with ``h = input + residual`` (in the dtype torch's add
     would give, and rounded to it as the unfused add). The backward adds the
     gradient arriving at ``h`` in the same pass."""
+    if plain(input) and plain(residual):
+        return _C.add_layer_norm(input, residual, _shape(normalized_shape), weight, bias, eps)
     out, residual_out, _, _ = _add_layer_norm(input, residual, _shape(normalized_shape), weight, bias, eps)
     return out, residual_out
 
@@ -76,6 +80,8 @@ def add_rms_norm(
 ) -> tuple[Tensor, Tensor]:
     """:func:`add_layer_norm` with RMS normalisation: returns ``(rms_norm(h), h)``
     with ``h = input + residual``."""
+    if plain(input) and plain(residual):
+        return _C.add_rms_norm(input, residual, _shape(normalized_shape), weight, eps)
     out, residual_out, _ = _add_rms_norm(input, residual, _shape(normalized_shape), weight, eps)
     return out, residual_out
 

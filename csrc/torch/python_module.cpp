@@ -68,6 +68,27 @@ PYBIND11_MODULE(_C, m) {
                          std::optional<at::Tensor> weight, std::optional<at::Tensor> bias, double eps) {
     return std::get<0>(fastreduce::call_layer_norm(input, normalized_shape, weight, bias, eps));
   });
+  m.def("rms_norm", [](const at::Tensor& input, std::vector<int64_t> normalized_shape,
+                       std::optional<at::Tensor> weight, std::optional<double> eps) {
+    return std::get<0>(fastreduce::call_rms_norm(input, normalized_shape, weight, eps));
+  });
+  m.def("add_layer_norm", [](const at::Tensor& input, const at::Tensor& residual,
+                             std::vector<int64_t> normalized_shape, std::optional<at::Tensor> weight,
+                             std::optional<at::Tensor> bias, double eps) {
+    auto [out, residual_out, mean, rstd] =
+        fastreduce::call_add_layer_norm(input, residual, normalized_shape, weight, bias, eps);
+    return std::make_tuple(out, residual_out);
+  });
+  m.def("add_rms_norm", [](const at::Tensor& input, const at::Tensor& residual,
+                           std::vector<int64_t> normalized_shape, std::optional<at::Tensor> weight,
+                           std::optional<double> eps) {
+    auto [out, residual_out, rstd] = fastreduce::call_add_rms_norm(input, residual, normalized_shape, weight, eps);
+    return std::make_tuple(out, residual_out);
+  });
+  m.def("cross_entropy", [](const at::Tensor& input, const at::Tensor& target, const std::string& reduction,
+                            int64_t ignore_index, double label_smoothing) {
+    return fastreduce::call_cross_entropy(input, target, reduction, ignore_index, label_smoothing);
+  });
   m.def("softmax", [](const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
     return fastreduce::call_softmax(self, dim, dtype);
   });
