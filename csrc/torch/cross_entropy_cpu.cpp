@@ -30,6 +30,14 @@ A log_sum_exp(const A* row, int64_t classes) {
   return top + std::log(total);
 }
 
+// The divisor of reduction "mean": the rows whose target is not ignored.
+template <typename A>
+A kept_rows(const int64_t* targets, const CrossEntropyArgs& args) {
+  A kept = 0;
+  for (int64_t r = 0; r < args.rows; ++r) kept += targets[r] != args.ignore_index;
+  return kept;
+}
+
 template <typename T>
 void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
                   const CrossEntropyArgs& args) {
@@ -62,12 +70,9 @@ void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor
     std::transform(row_loss.begin(), row_loss.end(), out, [](A v) { return static_cast<T>(v); });
     return;
   }
-  A total = 0, counted = 0;
-  for (int64_t r = 0; r < args.rows; ++r) {
-    total += row_loss[r];
-    counted += targets[r] != args.ignore_index;
-  }
-  *out = static_cast<T>(args.reduction == 1 ? total / counted : total);
+  A total = 0;
+  for (int64_t r = 0; r < args.rows; ++r) total += row_loss[r];
+  *out = static_cast<T>(args.reduction == 1 ? total / kept_rows<A>(targets, args) : total);
 }
 
 template <typename T>
@@ -85,11 +90,8 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
   const int64_t classes = args.classes;
   const A smoothing = static_cast<A>(args.label_smoothing);
   A scale = 0;  // mean and sum: one gradient for every row
-  if (args.reduction != 0) {
-    A counted = 0;
-    for (int64_t r = 0; r < args.rows; ++r) counted += targets[r] != args.ignore_index;
-    scale = static_cast<A>(grads[0]) / (args.reduction == 1 ? counted : A(1));
-  }
+  if (args.reduction != 0)
+    scale = static_cast<A>(grads[0]) / (args.reduction == 1 ? kept_rows<A>(targets, args) : A(1));
   at::parallel_for(0, args.rows, grain(classes), [&](int64_t begin, int64_t end) {
     std::vector<A> buffer, out_buffer(std::is_same_v<T, A> ? 0 : classes);
     for (int64_t r = begin; r < end; ++r) {
