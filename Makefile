@@ -1,10 +1,14 @@
 # `make test` and `make bench` do all set-up. Where python3 already has torch
 # (the GPU machine) they use it; otherwise they make .venv with torch and
-# pytest from the local wheel mirror.
+# pytest from the local wheel mirror. `make test` runs the Python tests, then
+# the C++ ones (cpp-test: API tests, the C++ example, AOTInductor from C++).
 PYTHON := $(shell python3 -c 'import torch' 2>/dev/null && echo python3 || echo .venv/bin/python)
 TORCH_VERSION ?= 2.14.1
+# A CUDA build of torch makes its CMake package look for the CUDA toolkit.
+CUDA_HOME ?= $(shell test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda)
+CMAKE_CUDA_ARGS := $(if $(CUDA_HOME),-DCUDA_TOOLKIT_ROOT_DIR=$(CUDA_HOME) -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc)
 
-.PHONY: install test bench clean
+.PHONY: install test cpp-test wheel bench clean
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -15,10 +19,21 @@ install: $(if $(filter .venv/bin/python,$(PYTHON)),.venv/bin/python)
 
 test: install
 	$(PYTHON) -m pytest -q tests
+	$(MAKE) cpp-test
+
+cpp-test: install
+	cmake -S tests/cpp -B build/cpp -DCMAKE_BUILD_TYPE=Release $(CMAKE_CUDA_ARGS) \
+	  -DPython3_EXECUTABLE="$$($(PYTHON) -c 'import sys; print(sys.executable)')" \
+	  -DCMAKE_PREFIX_PATH="$$($(PYTHON) -c 'import torch, fastreduce_torch as f; print(torch.utils.cmake_prefix_path + ";" + f.cmake_prefix_path)')"
+	cmake --build build/cpp --parallel $${MAX_JOBS:-2}
+	ctest --test-dir build/cpp --output-on-failure
+
+wheel: install
+	$(PYTHON) -m pip wheel -q --no-build-isolation --no-deps -w dist .
 
 bench: install
 	for b in reduce ladder norms; do $(PYTHON) bench/$$b.py || exit 1; done
 	$(PYTHON) scripts/update_readme.py
 
 clean:
-	rm -rf build *.egg-info fastreduce_torch/*.so
+	rm -rf build dist *.egg-info fastreduce_torch/*.so fastreduce_torch/include fastreduce_torch/share fastreduce_torch/_build_info.py

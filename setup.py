@@ -1,13 +1,13 @@
-"""Builds fastreduce_torch._C against the torch already installed.
+"""Builds fastreduce_torch against the torch already installed: the operator
+library libfastreduce_ops through CMake, then the Python module _C.
 
 CUDA sources are compiled whenever nvcc is found (no GPU needed);
 FASTREDUCE_CUDA=0 forces a CPU-only build. TORCH_CUDA_ARCH_LIST picks the
-architectures (default 8.0;9.0).
+architectures (default 8.0;9.0); FASTREDUCE_CPU_AVX2=0 builds the CPU kernels
+without AVX2; MAX_JOBS bounds the parallel compiles.
 """
 
-import glob
 import os
-import platform
 import re
 import subprocess
 
@@ -58,43 +58,49 @@ def want_cuda():
     return True
 
 
-def cpu_vector_flags():
-    """at::vec compiles to scalar loops unless a CPU capability is named: on
-    x86-64 the CPU kernels use AVX2, FMA and F16C (every x86-64 server since
-    2013). FASTREDUCE_CPU_AVX2=0 builds the portable scalar form instead."""
-    if platform.machine().lower() not in ("x86_64", "amd64") or os.environ.get("FASTREDUCE_CPU_AVX2", "1") == "0":
-        return []
-    return ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
+def run(*command):
+    print("fastreduce:", " ".join(command), flush=True)
+    subprocess.check_call(command)
 
 
-def openmp_flags():
-    """at::parallel_for is inline: without OpenMP in our own build it runs on
-    one thread. torch's libgomp.so.1 is already loaded and serves ours."""
-    return ["-fopenmp"] if platform.system() == "Linux" else []
+class BuildWithCMake(cpp_extension.BuildExtension):
+    """Builds libfastreduce_ops with CMake (CMakeLists.txt lists the sources
+    and flags), installs it with its C++ header and CMake package into the
+    package folder, records the torch it was built against, then builds the
+    Python module _C, which links it."""
+
+    def run(self):
+        package_dir = os.path.dirname(self.get_ext_fullpath("fastreduce_torch._C"))
+        cuda = want_cuda()
+        build_dir = os.path.join("build", f"cmake-torch{torch.__version__}" + ("" if cuda else "-cpu"))
+        configure = ["cmake", "-S", ".", "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+                     f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                     f"-DFASTREDUCE_CUDA={'ON' if cuda else 'OFF'}", "-DFASTREDUCE_INSTALL_LIBDIR=.",
+                     f"-DFASTREDUCE_CPU_AVX2={os.environ.get('FASTREDUCE_CPU_AVX2', '1')}"]
+        if torch.version.cuda and cpp_extension.CUDA_HOME:  # a CUDA torch's CMake package looks for CUDA
+            configure += [f"-DCUDA_TOOLKIT_ROOT_DIR={cpp_extension.CUDA_HOME}",
+                          f"-DCMAKE_CUDA_COMPILER={os.path.join(cpp_extension.CUDA_HOME, 'bin', 'nvcc')}"]
+        if shutil.which("ninja") and not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+            configure += ["-G", "Ninja"]
+        run(*configure)
+        run("cmake", "--build", build_dir, "--parallel", os.environ.get("MAX_JOBS", str(os.cpu_count() or 1)))
+        run("cmake", "--install", build_dir, "--prefix", package_dir)
+        with open(os.path.join(package_dir, "_build_info.py"), "w") as info:
+            info.write(f'"""Written by setup.py: the torch this build was compiled against."""\n\n'
+                       f'TORCH_VERSION = "{torch.__version__}"\n')
+        for ext in self.extensions:
+            ext.library_dirs.append(package_dir)
+        super().run()
 
 
-def extension():
-    sources = sorted(glob.glob("csrc/torch/*.cpp"))
-    cxx = ["-O3"] + cpu_vector_flags() + openmp_flags()  # torch picks the C++ standard its headers need
-    link = openmp_flags()
-    if not want_cuda():
-        sources = [s for s in sources if not s.endswith("_cuda.cpp")]
-        return cpp_extension.CppExtension("fastreduce_torch._C", sources, extra_compile_args={"cxx": cxx},
-                                          extra_link_args=link)
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
-    sources += sorted(glob.glob("csrc/launch/*.cu"))
-    # torch's defaults hide the half-type conversions the kernels use.
-    nvcc = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"] + [
-        f"-U__CUDA_NO_{name}__"
-        for name in ("HALF_OPERATORS", "HALF_CONVERSIONS", "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")
-    ]
-    return cpp_extension.CUDAExtension(
-        "fastreduce_torch._C",
-        sources,
-        define_macros=[("FASTREDUCE_WITH_CUDA", None)],
-        extra_compile_args={"cxx": cxx, "nvcc": nvcc},
-        extra_link_args=link,
-    )
+# The Python module only: the operators are in libfastreduce_ops (CMakeLists.txt).
+python_module = cpp_extension.CppExtension(
+    "fastreduce_torch._C",
+    ["csrc/python/module.cpp"],
+    include_dirs=[os.path.abspath("include")],
+    libraries=["fastreduce_ops"],
+    extra_link_args=["-Wl,-rpath,$ORIGIN"],
+)
 
 
 setup(
@@ -102,8 +108,8 @@ setup(
     version="0.1.0",
     description="Reduction, layer-norm and softmax operators for PyTorch in C++/CUDA",
     packages=find_packages(include=["fastreduce_torch", "fastreduce_torch.*"]),
-    ext_modules=[extension()],
-    cmdclass={"build_ext": cpp_extension.BuildExtension},
+    ext_modules=[python_module],
+    cmdclass={"build_ext": BuildWithCMake},
     python_requires=">=3.10",
     install_requires=["torch>=2.5"],
 )

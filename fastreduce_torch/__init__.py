@@ -1,18 +1,25 @@
 """fastreduce: reduction, normalisation, softmax and cross-entropy operators for PyTorch.
 
-Importing the package loads the compiled library, which registers the
-``torch.ops.fastreduce`` operators, then their fake kernels and autograd.
+Importing the package checks that it was built for the installed torch, loads
+the operator library ``libfastreduce_ops.so`` (the ``torch.ops.fastreduce``
+operators, their kernels, autograd and autocast; the same library C++
+programs link), then the Python module with the eager bindings, and
+registers the fake kernels.
 """
 
-import torch  # noqa: F401  (the library links against torch: load it first)
+import os
 
-from . import _C  # noqa: F401  (registers torch.ops.fastreduce.*)
+from . import _library  # noqa: F401  (first: checks the torch build, loads libfastreduce_ops)
+from . import _C  # noqa: F401
 from . import nn
 from .ladder import ladder, sum_variant, variants
 from .nn import patch
 from .losses import cross_entropy
 from .norms import add_layer_norm, add_rms_norm, causal_softmax, layer_norm, rms_norm, softmax
 from .reductions import amax, amin, mean, prod, sum
+
+#: Folder for CMake's find_package(fastreduce) (C++ programs linking the operators).
+cmake_prefix_path = os.path.join(os.path.dirname(__file__), "share", "cmake")
 
 __all__ = [
     "sum", "mean", "prod", "amax", "amin",

@@ -38,9 +38,9 @@ at::ScalarType acc_type(const at::Tensor& input) {
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& input, const at::Tensor& target,
-                                                 c10::string_view reduction, int64_t ignore_index,
-                                                 double label_smoothing) {
+std::tuple<at::Tensor, at::Tensor> backend::cross_entropy(const at::Tensor& input, const at::Tensor& target,
+                                                          c10::string_view reduction, int64_t ignore_index,
+                                                          double label_smoothing) {
   const CrossEntropyArgs args = check_problem(input, target, reduction, ignore_index, label_smoothing, "cross_entropy");
   const at::Tensor logits = input.contiguous(), targets = target.contiguous();
   at::Tensor loss = args.reduction == 0 ? at::empty({args.rows}, input.options()) : at::empty({}, input.options());
@@ -50,9 +50,9 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& input, const 
   return {loss, lse};
 }
 
-at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
-                                  const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
-                                  c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
+at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
+                                           const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
+                                           c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
   const char* op = "cross_entropy_backward";
   const CrossEntropyArgs args = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
   TORCH_CHECK(grad_loss.numel() == (args.reduction == 0 ? args.rows : 1), op, ": argument 'grad_loss' has ",

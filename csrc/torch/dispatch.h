@@ -18,7 +18,7 @@ c10::TypedOperatorHandle<Signature> find_op(const char* name) {
 #define FASTREDUCE_CALLER(name)                                                                      \
   template <typename... Args>                                                                        \
   decltype(auto) call_##name(Args&&... args) {                                                       \
-    static const auto op = find_op<decltype(fastreduce::name)>("fastreduce::" #name);                \
+    static const auto op = find_op<decltype(fastreduce::backend::name)>("fastreduce::" #name);                \
     return op.call(std::forward<Args>(args)...);                                                     \
   }
 

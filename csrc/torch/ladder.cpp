@@ -22,20 +22,20 @@ int find_rung(std::string_view variant) {
 
 }  // namespace
 
-at::Tensor sum_variant(const at::Tensor& self, c10::string_view variant) {
+at::Tensor backend::sum_variant(const at::Tensor& self, c10::string_view variant) {
   const int rung = find_rung(std::string_view(variant.data(), variant.size()));
   const auto type = self.scalar_type();
   TORCH_CHECK(type == at::kFloat || type == at::kBFloat16 || type == at::kInt,
               "sum_variant: unsupported dtype ", to_text(type),
               " for argument 'self'; the ladder runs float32, bfloat16 and int32");
-  if (!self.is_cuda()) return fastreduce::sum(self, at::OptionalIntArrayRef(), false, std::nullopt);
+  if (!self.is_cuda()) return backend::sum(self, at::OptionalIntArrayRef(), false, std::nullopt);
   const at::Tensor flat = self.contiguous().view(-1);
   at::Tensor out = at::empty({}, self.options().dtype(type == at::kInt ? at::kLong : type));
   ladder_cuda(rung, flat, out);
   return out;
 }
 
-at::Tensor read_probe(const at::Tensor& self) {
+at::Tensor backend::read_probe(const at::Tensor& self) {
   TORCH_CHECK(self.is_cuda(), "_read_probe: argument 'self' must be a CUDA tensor");
   TORCH_CHECK(self.is_contiguous() && self.nbytes() % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(self.const_data_ptr()) % 16 == 0,

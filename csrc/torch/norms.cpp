@@ -182,14 +182,14 @@ constexpr NormForwardOp kRmsNorm{"rms_norm", false}, kAddRmsNorm{"add_rms_norm",
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                                                          const std::optional<at::Tensor>& weight,
-                                                          const std::optional<at::Tensor>& bias, double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                                   const std::optional<at::Tensor>& weight,
+                                                                   const std::optional<at::Tensor>& bias, double eps) {
   NormForwardTensors t = norm_forward(kLayerNorm, input, nullptr, normalized_shape, weight, bias, eps);
   return {t.y, t.mean, t.rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::layer_norm_backward(
     const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
     const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& grad_residual) {
@@ -197,34 +197,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   return norm_backward(kind, grad_out, input, normalized_shape, &mean, rstd, weight, bias, grad_residual);
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                                            const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+std::tuple<at::Tensor, at::Tensor> backend::rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                     const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   NormForwardTensors t =
       norm_forward(kRmsNorm, input, nullptr, normalized_shape, weight, std::nullopt, default_eps(input, eps));
   return {t.y, t.rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
-                                                     at::IntArrayRef normalized_shape, const at::Tensor& rstd,
-                                                     const std::optional<at::Tensor>& weight,
-                                                     const std::optional<at::Tensor>& grad_residual) {
+std::tuple<at::Tensor, at::Tensor> backend::rms_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
+                                                              at::IntArrayRef normalized_shape, const at::Tensor& rstd,
+                                                              const std::optional<at::Tensor>& weight,
+                                                              const std::optional<at::Tensor>& grad_residual) {
   const NormForwardOp kind{"rms_norm_backward", false};
   auto [dx, dw, db] =
       norm_backward(kind, grad_out, input, normalized_shape, nullptr, rstd, weight, std::nullopt, grad_residual);
   return {dx, dw};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::add_layer_norm(
     const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
   NormForwardTensors t = norm_forward(kAddLayerNorm, input, &residual, normalized_shape, weight, bias, eps);
   return {t.y, t.residual_out, t.mean, t.rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const at::Tensor& residual,
-                                                            at::IntArrayRef normalized_shape,
-                                                            const std::optional<at::Tensor>& weight,
-                                                            std::optional<double> eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::add_rms_norm(const at::Tensor& input, const at::Tensor& residual,
+                                                                     at::IntArrayRef normalized_shape,
+                                                                     const std::optional<at::Tensor>& weight,
+                                                                     std::optional<double> eps) {
   NormForwardTensors t = norm_forward(kAddRmsNorm, input, &residual, normalized_shape, weight, std::nullopt,
                                       default_eps(input, eps));
   return {t.y, t.residual_out, t.rstd};
@@ -268,7 +268,7 @@ void check_scores(const at::Tensor& scores, const char* op, const char* argument
 
 }  // namespace
 
-at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+at::Tensor backend::softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
   const at::Tensor x = dtype.has_value() ? self.to(*dtype) : self;
   check_floating(x, "softmax", "self");
   const int64_t d = wrap_dim(dim, x.dim());
@@ -276,7 +276,7 @@ at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::Scalar
   return from_rowwise(softmax_rows(rowwise(x, d), 0, 1.0), d);
 }
 
-at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
+at::Tensor backend::softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
   const char* op = "softmax_backward";
   check_floating(output, op, "output");
   check_like(grad_output, output, op, "grad_output", "output");
@@ -286,12 +286,12 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
   return from_rowwise(softmax_backward_rows(rowwise(grad_output, d), rowwise(output, d), 0, 1.0), d);
 }
 
-at::Tensor causal_softmax(const at::Tensor& scores, double scale) {
+at::Tensor backend::causal_softmax(const at::Tensor& scores, double scale) {
   check_scores(scores, "causal_softmax", "scores");
   return softmax_rows(scores.contiguous(), scores.size(-1), scale);
 }
 
-at::Tensor causal_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, double scale) {
+at::Tensor backend::causal_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, double scale) {
   const char* op = "causal_softmax_backward";
   check_scores(output, op, "output");
   check_like(grad_output, output, op, "grad_output", "output");

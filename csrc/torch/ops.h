@@ -1,5 +1,8 @@
-// The operators' C++ entry points, device-independent; registration.cpp binds
-// them to the schemas.
+// The operators' backend kernels: one device-independent entry per schema,
+// which checks the arguments and runs the CPU or CUDA implementation.
+// registration.cpp binds them to the CPU and CUDA keys. They sit below
+// autograd and autocast: callers go through the dispatcher (dispatch.h, or
+// the public C++ API in include/fastreduce/fastreduce.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,6 +12,8 @@
 #include <tuple>
 
 namespace fastreduce {
+
+namespace backend {
 
 at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                std::optional<at::ScalarType> dtype);
@@ -54,6 +59,8 @@ at::Tensor causal_softmax_backward(const at::Tensor& grad_output, const at::Tens
 
 at::Tensor sum_variant(const at::Tensor& self, c10::string_view variant);
 at::Tensor read_probe(const at::Tensor& self);
+
+}  // namespace backend
 
 // Autograd (autograd.cpp) and autocast (autocast.cpp) kernels of every
 // differentiable operator, added to the registration blocks.

@@ -162,18 +162,18 @@ at::Tensor reduce_with_dtype(ReduceKind kind, const char* op, const at::Tensor& 
 
 }  // namespace
 
-at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-               std::optional<at::ScalarType> dtype) {
+at::Tensor backend::sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                        std::optional<at::ScalarType> dtype) {
   return reduce_with_dtype(ReduceKind::Sum, "sum", self, dim, keepdim, dtype);
 }
 
-at::Tensor prod(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-                std::optional<at::ScalarType> dtype) {
+at::Tensor backend::prod(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                         std::optional<at::ScalarType> dtype) {
   return reduce_with_dtype(ReduceKind::Prod, "prod", self, dim, keepdim, dtype);
 }
 
-at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-                std::optional<at::ScalarType> dtype) {
+at::Tensor backend::mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                         std::optional<at::ScalarType> dtype) {
   to_dtype(self.scalar_type(), "mean");
   const auto compute = dtype.value_or(self.scalar_type());
   TORCH_CHECK(at::isFloatingType(compute),
@@ -188,8 +188,8 @@ at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdi
 // others' is 0; with two or more, every gradient is 0. Computed in the
 // gradient's dtype without a host sync: two reductions (fastreduce kernels)
 // and one element-wise pass.
-at::Tensor prod_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& result,
-                         at::OptionalIntArrayRef dim, bool keepdim) {
+at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& result,
+                                  at::OptionalIntArrayRef dim, bool keepdim) {
   const char* op = "prod_backward";
   TORCH_CHECK(at::isFloatingType(grad.scalar_type()), op, ": argument 'grad' must be floating, got ",
               to_text(grad.scalar_type()));
@@ -214,11 +214,11 @@ at::Tensor prod_backward(const at::Tensor& grad, const at::Tensor& self, const a
   return (broadcast(grad) * others).to(self.scalar_type());
 }
 
-at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+at::Tensor backend::amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
   return reduce(ReduceKind::Max, "amax", self, dim, keepdim, self.scalar_type());
 }
 
-at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+at::Tensor backend::amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
   return reduce(ReduceKind::Min, "amin", self, dim, keepdim, self.scalar_type());
 }
 

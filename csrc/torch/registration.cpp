@@ -3,6 +3,8 @@
 
 #include "ops.h"
 
+namespace backend = fastreduce::backend;
+
 TORCH_LIBRARY(fastreduce, m) {
   m.def("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
   m.def("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
@@ -40,27 +42,27 @@ TORCH_LIBRARY(fastreduce, m) {
   m.def("_read_probe(Tensor self) -> Tensor");
 }
 
-#define FASTREDUCE_IMPLS(m)                        \
-  m.impl("sum", &fastreduce::sum);                 \
-  m.impl("mean", &fastreduce::mean);               \
-  m.impl("prod", &fastreduce::prod);               \
-  m.impl("prod_backward", &fastreduce::prod_backward); \
-  m.impl("amax", &fastreduce::amax);               \
-  m.impl("amin", &fastreduce::amin);               \
-  m.impl("layer_norm", &fastreduce::layer_norm);   \
-  m.impl("layer_norm_backward", &fastreduce::layer_norm_backward); \
-  m.impl("rms_norm", &fastreduce::rms_norm);       \
-  m.impl("rms_norm_backward", &fastreduce::rms_norm_backward); \
-  m.impl("add_layer_norm", &fastreduce::add_layer_norm); \
-  m.impl("add_rms_norm", &fastreduce::add_rms_norm); \
-  m.impl("cross_entropy", &fastreduce::cross_entropy); \
-  m.impl("cross_entropy_backward", &fastreduce::cross_entropy_backward); \
-  m.impl("softmax", &fastreduce::softmax);         \
-  m.impl("softmax_backward", &fastreduce::softmax_backward); \
-  m.impl("causal_softmax", &fastreduce::causal_softmax); \
-  m.impl("causal_softmax_backward", &fastreduce::causal_softmax_backward); \
-  m.impl("sum_variant", &fastreduce::sum_variant); \
-  m.impl("_read_probe", &fastreduce::read_probe);
+#define FASTREDUCE_IMPLS(m)                                                  \
+  m.impl("sum", &backend::sum);                                              \
+  m.impl("mean", &backend::mean);                                            \
+  m.impl("prod", &backend::prod);                                            \
+  m.impl("prod_backward", &backend::prod_backward);                          \
+  m.impl("amax", &backend::amax);                                            \
+  m.impl("amin", &backend::amin);                                            \
+  m.impl("layer_norm", &backend::layer_norm);                                \
+  m.impl("layer_norm_backward", &backend::layer_norm_backward);              \
+  m.impl("rms_norm", &backend::rms_norm);                                    \
+  m.impl("rms_norm_backward", &backend::rms_norm_backward);                  \
+  m.impl("add_layer_norm", &backend::add_layer_norm);                        \
+  m.impl("add_rms_norm", &backend::add_rms_norm);                            \
+  m.impl("cross_entropy", &backend::cross_entropy);                          \
+  m.impl("cross_entropy_backward", &backend::cross_entropy_backward);        \
+  m.impl("softmax", &backend::softmax);                                      \
+  m.impl("softmax_backward", &backend::softmax_backward);                    \
+  m.impl("causal_softmax", &backend::causal_softmax);                        \
+  m.impl("causal_softmax_backward", &backend::causal_softmax_backward);      \
+  m.impl("sum_variant", &backend::sum_variant);                              \
+  m.impl("_read_probe", &backend::read_probe);
 
 TORCH_LIBRARY_IMPL(fastreduce, CPU, m) { FASTREDUCE_IMPLS(m) }
 

@@ -1,0 +1,72 @@
+// The public C++ API (include/fastreduce/fastreduce.h): each function calls
+// its operator through the dispatcher and returns what the Python wrapper
+// returns.
+#include <fastreduce/fastreduce.h>
+
+#include "dispatch.h"
+
+namespace fastreduce {
+
+at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+               std::optional<at::ScalarType> dtype) {
+  return call_sum(self, dim, keepdim, dtype);
+}
+
+at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype) {
+  return call_mean(self, dim, keepdim, dtype);
+}
+
+at::Tensor prod(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype) {
+  return call_prod(self, dim, keepdim, dtype);
+}
+
+at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) { return call_amax(self, dim, keepdim); }
+
+at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) { return call_amin(self, dim, keepdim); }
+
+at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                      const std::optional<at::Tensor>& bias, double eps) {
+  return std::get<0>(call_layer_norm(input, normalized_shape, weight, bias, eps));
+}
+
+at::Tensor rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                    std::optional<double> eps) {
+  return std::get<0>(call_rms_norm(input, normalized_shape, weight, eps));
+}
+
+std::tuple<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& input, const at::Tensor& residual,
+                                                  at::IntArrayRef normalized_shape,
+                                                  const std::optional<at::Tensor>& weight,
+                                                  const std::optional<at::Tensor>& bias, double eps) {
+  auto [out, residual_out, mean, rstd] = call_add_layer_norm(input, residual, normalized_shape, weight, bias, eps);
+  return {out, residual_out};
+}
+
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const at::Tensor& residual,
+                                                at::IntArrayRef normalized_shape,
+                                                const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  auto [out, residual_out, rstd] = call_add_rms_norm(input, residual, normalized_shape, weight, eps);
+  return {out, residual_out};
+}
+
+at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  return call_softmax(self, dim, dtype);
+}
+
+at::Tensor causal_softmax(const at::Tensor& scores, double scale) { return call_causal_softmax(scores, scale); }
+
+std::tuple<at::Tensor, at::Tensor> cross_entropy_with_lse(const at::Tensor& input, const at::Tensor& target,
+                                                          std::string_view reduction, int64_t ignore_index,
+                                                          double label_smoothing) {
+  return call_cross_entropy(input, target, c10::string_view(reduction.data(), reduction.size()), ignore_index,
+                            label_smoothing);
+}
+
+at::Tensor cross_entropy(const at::Tensor& input, const at::Tensor& target, std::string_view reduction,
+                         int64_t ignore_index, double label_smoothing) {
+  return std::get<0>(cross_entropy_with_lse(input, target, reduction, ignore_index, label_smoothing));
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,60 @@
+"""The package as built: it loads the operator library that C++ programs link,
+refuses a torch it was not built against, and installs its CMake package."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fastreduce_torch
+from fastreduce_torch import _build_info
+from fastreduce_torch._library import check_torch
+
+
+def test_built_against_the_running_torch():
+    assert _build_info.TORCH_VERSION == str(torch.__version__)
+
+
+def test_operators_come_from_the_python_free_library():
+    library = os.path.join(os.path.dirname(fastreduce_torch.__file__), "libfastreduce_ops.so")
+    assert library in torch.ops.loaded_libraries
+    with open("/proc/self/maps") as maps:
+        assert library in maps.read()
+    needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True).stdout
+    if needed:  # readelf is there: the library names no Python
+        assert "libtorch.so" in needed and "python" not in needed.lower()
+
+
+def test_cmake_package_is_installed():
+    folder = os.path.join(fastreduce_torch.cmake_prefix_path, "fastreduce")
+    assert os.path.isfile(os.path.join(folder, "fastreduceConfig.cmake"))
+    header = os.path.join(os.path.dirname(fastreduce_torch.__file__), "include", "fastreduce", "fastreduce.h")
+    assert os.path.isfile(header)
+
+
+def test_version_check_accepts_the_same_build():
+    check_torch("2.14.1+cu130", "2.14.1+cu130")
+
+
+@pytest.mark.parametrize("running", ["2.13.0+cpu", "2.14.1+cpu", "2.14.0+cu130"])
+def test_version_check_refuses_another_build(running):
+    with pytest.raises(ImportError, match=r"built against torch 2\.14\.1\+cu130, but torch .* is installed") as err:
+        check_torch("2.14.1+cu130", running)
+    assert running in str(err.value) and "rebuild" in str(err.value)
+
+
+def test_import_under_another_torch_fails_cleanly_before_loading():
+    script = (
+        "import torch; torch.__version__ = '0.0.1'\n"
+        "try:\n"
+        "    import fastreduce_torch\n"
+        "except ImportError as e:\n"
+        "    print('refused:', e)\n"
+        "print('loaded:', any('fastreduce_ops' in lib for lib in torch.ops.loaded_libraries))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "refused: fastreduce_torch was built against torch" in result.stdout
+    assert "0.0.1" in result.stdout
+    assert "loaded: False" in result.stdout
