@@ -3,15 +3,15 @@
 # kernel micro-benchmark and the benchmarks, and leave logs and results under
 # $OUT (at most 8 files come back).
 #   bash scripts/gpu_check.sh [step ...]
-# Steps, in this order: build tests memcheck racecheck host gpt2 llama micro
-# reduce ladder norms rows; default: all but the two sanitizer steps.
+# Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
+# micro reduce ladder norms rows; default: all but the two sanitizer steps.
 # The README and results.tgz are refreshed after any benchmark step.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-steps=" ${*:-build tests host gpt2 llama micro reduce ladder norms rows} "
+steps=" ${*:-build tests cpp host gpt2 llama micro reduce ladder norms rows} "
 want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -29,6 +29,8 @@ if want build; then
   echo "build: $(( $(date +%s) - start )) s"
 fi
 want tests && python3 -m pytest -q -ra tests -p no:cacheprovider 2>&1 | tail -n 60 | tee "$OUT/tests.log"
+# The C++ tests (API on CPU and CUDA, the example, AOTInductor from C++).
+want cpp && MAX_JOBS=16 make cpp-test PYTHON=python3 2>&1 | grep -v "^\[\|^--\|gmake" | tail -n 60 | tee "$OUT/cpp.log"
 # compute-sanitizer over the CUDA norm and drop-in tests (compiled ones left
 # out: Inductor's own kernels are not ours to check).
 sanitize() {
