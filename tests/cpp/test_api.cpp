@@ -33,10 +33,10 @@ TEST(Reductions, MatchTorch) {
     // transposed and offset: neither contiguous nor at the start of its storage
     const torch::Tensor x = torch::randn({40, 33, 31}, f64(device)).transpose(0, 2).slice(1, 1);
     expect_close(fastreduce::sum(x), x.sum());
-    expect_close(fastreduce::sum(x, {{1}}, true), x.sum({1}, true));
-    expect_close(fastreduce::sum(x, {{0, 2}}), x.sum({0, 2}));
-    expect_close(fastreduce::sum(x, {{-1}}, false, torch::kFloat32), x.sum({-1}, false, torch::kFloat32), 1e-5);
-    expect_close(fastreduce::mean(x, {{2}}), x.mean({2}));
+    expect_close(fastreduce::sum(x, {{1}}, true), x.sum(std::vector<int64_t>{1}, true));
+    expect_close(fastreduce::sum(x, {{0, 2}}), x.sum(std::vector<int64_t>{0, 2}));
+    expect_close(fastreduce::sum(x, {{-1}}, false, torch::kFloat32), x.sum(std::vector<int64_t>{-1}, false, torch::kFloat32), 1e-5);
+    expect_close(fastreduce::mean(x, {{2}}), x.mean(std::vector<int64_t>{2}));
     expect_close(fastreduce::prod(x.slice(0, 0, 3) * 0.5 + 1, {{0}}), (x.slice(0, 0, 3) * 0.5 + 1).prod(0));
     expect_close(fastreduce::amax(x, {1}), x.amax({1}));
     expect_close(fastreduce::amin(x), x.amin());
