@@ -23,8 +23,9 @@ def test_operators_come_from_the_python_free_library():
     with open("/proc/self/maps") as maps:
         assert library in maps.read()
     needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True).stdout
-    if needed:  # readelf is there: the library names no Python
-        assert "libtorch.so" in needed and "python" not in needed.lower()
+    if needed:  # readelf is there: LibTorch, and no Python
+        assert "libtorch_cpu.so" in needed and "libc10.so" in needed
+        assert "libtorch_python" not in needed and "libpython" not in needed
 
 
 def test_cmake_package_is_installed():
