@@ -12,6 +12,11 @@ from torch import Tensor
 from . import _C
 from ._eager import plain
 
+if torch.distributed.is_available():
+    from . import distributed as _distributed
+else:
+    _distributed = None
+
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 _ops = torch.ops.fastreduce
@@ -21,6 +26,12 @@ _rms_norm, _add_layer_norm, _add_rms_norm = _ops.rms_norm.default, _ops.add_laye
 
 def _shape(normalized_shape: int | Sequence[int]) -> Sequence[int]:
     return (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+
+
+def _tensor_parallel(input: Tensor, normalized_dims: int) -> int | None:
+    """The mesh dim of a DTensor sharded along its one normalised dim (the
+    statistics-exchanging path of distributed.py), else None."""
+    return _distributed.sharded_row_dim(input, normalized_dims) if _distributed is not None else None
 
 
 def layer_norm(
@@ -36,6 +47,8 @@ def layer_norm(
         normalized_shape = (normalized_shape,)
     if plain(input):
         return _C.layer_norm(input, normalized_shape, weight, bias, eps)
+    if (mesh_dim := _tensor_parallel(input, len(normalized_shape))) is not None:
+        return _distributed.sharded_norm(input, mesh_dim, weight, bias, eps, centered=True)
     return _layer_norm(input, normalized_shape, weight, bias, eps)[0]
 
 
@@ -50,6 +63,10 @@ def rms_norm(
     of float32, or of float64 for float64 input, as torch)."""
     if plain(input):
         return _C.rms_norm(input, _shape(normalized_shape), weight, eps)
+    if (mesh_dim := _tensor_parallel(input, len(_shape(normalized_shape)))) is not None:
+        if eps is None:
+            eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
+        return _distributed.sharded_norm(input, mesh_dim, weight, None, eps, centered=False)
     return _rms_norm(input, _shape(normalized_shape), weight, eps)[0]
 
 
@@ -91,6 +108,8 @@ def softmax(input: Tensor, dim: int = -1, *, dtype: torch.dtype | None = None) -
     cast first). A dim other than the last costs one transposing copy each way."""
     if plain(input):
         return _C.softmax(input, dim, dtype)
+    if dim % max(input.dim(), 1) == input.dim() - 1 and (mesh_dim := _tensor_parallel(input, 1)) is not None:
+        return _distributed.sharded_softmax(input if dtype is None else input.to(dtype), mesh_dim)
     return _softmax(input, dim, dtype=dtype)
 
 

@@ -1,0 +1,334 @@
+"""fastreduce operators on DTensors (torch.distributed.tensor).
+
+Two parts:
+
+* Sharding rules for every operator, registered with
+  ``torch.distributed.tensor.experimental.register_sharding``: a reduction
+  over a sharded dim runs on the local shard and returns a ``Partial`` that
+  DTensor finishes with one collective (sum, max, min, product; mean as an
+  average where the shards are even); a reduction over other dims, and the
+  norms, softmax and cross-entropy on tensors sharded along dims they do not
+  normalise, run locally with no communication. Anything else (a sharded
+  normalised dim outside the cases below) is replicated first by DTensor.
+
+* Tensor-parallel rows: layer_norm, rms_norm and softmax on a DTensor whose
+  normalised (last) dim is sharded compute per-row partial statistics on the
+  local shard, all-reduce only those, and normalise locally. Bytes moved per
+  row and pass (float32 statistics): layer_norm forward 8 (row sum, then the
+  sum of squared deviations from the global mean: exact two-pass, no
+  cancellation), rms_norm forward 4, softmax forward 8 (max, then sum of
+  exponentials), layer_norm backward 8 (two row sums in one all-reduce),
+  rms_norm and softmax backward 4. The wrappers in norms.py route such
+  DTensors here.
+
+Importing fastreduce_torch registers the rules when torch.distributed is
+available.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+from torch.distributed.tensor.experimental import register_sharding
+
+from . import reductions
+
+_ops = torch.ops.fastreduce
+
+
+# ---- sharding rules (single mesh dim; DTensor expands them over the mesh)
+
+
+def _rule(op):
+    """register_sharding, keyed on every argument. register_sharding makes
+    only int arguments part of DTensor's sharding cache key, so a rule for
+    `sum(x, dim=[1])` would be reused for `sum(x, dim=None)`; every argument
+    after the first (dims, shapes, flags, reduction) decides the placements."""
+    def wrap(fn):
+        register_sharding(op)(fn)
+        kwarg_only = [a.name for a in op._schema.arguments if a.kwarg_only]
+        DTensor._op_dispatcher.sharding_propagator.op_to_schema_info[op] = RuntimeSchemaInfo(
+            1, kwarg_only or None, needs_pytree=True)
+        return fn
+
+    return wrap
+
+
+def _present(*tensors) -> list:
+    """Placements are listed for the tensor arguments actually given."""
+    return [t for t in tensors if t is not None]
+
+
+def _reduced_dims(spec, dim) -> set[int]:
+    if dim is None or (isinstance(dim, Sequence) and len(dim) == 0):
+        return set(range(spec.ndim))
+    dims = [dim] if isinstance(dim, int) else dim
+    return {d % spec.ndim for d in dims} if spec.ndim else set()
+
+
+def _reduction_rule(partial_op: str | None, even_only: bool = False):
+    def rule(self, dim=None, keepdim=False, *args, **kwargs):
+        reduced = _reduced_dims(self, dim)
+        strategies = [([Replicate()], [Replicate()])]
+        for d in range(self.ndim):
+            if d in reduced:
+                if partial_op is not None and (not even_only or self.shape[d] % self.mesh.size() == 0):
+                    strategies.append(([Partial(partial_op)], [Shard(d)]))
+            else:
+                out = d if keepdim else d - sum(r < d for r in reduced)
+                strategies.append(([Shard(out)], [Shard(d)]))
+        return strategies
+
+    return rule
+
+
+_rule(_ops.sum.default)(_reduction_rule("sum"))
+_rule(_ops.amax.default)(_reduction_rule("max"))
+_rule(_ops.amin.default)(_reduction_rule("min"))
+# The local mean divides by the local count: averaging the shards' means is
+# the global mean only when every shard has the same count.
+_rule(_ops.mean.default)(_reduction_rule("avg", even_only=True))
+# A product over shards needs a product all-reduce, which NCCL and gloo have
+# but DTensor's Partial does not: replicate first.
+_rule(_ops.prod.default)(_reduction_rule(None))
+
+
+@_rule(_ops.prod_backward.default)
+def _prod_backward_rule(grad, self, result, dim=None, keepdim=False):
+    reduced = _reduced_dims(self, dim)
+    strategies = [([Replicate()], [Replicate()] * 3)]
+    for d in range(self.ndim):
+        if d not in reduced:
+            out = d if keepdim else d - sum(r < d for r in reduced)
+            strategies.append(([Shard(d)], [Shard(out), Shard(d), Shard(out)]))
+    return strategies
+
+
+ROW, PARAM = "row", "param"
+
+
+def _row_rule(outputs: int, rows: int, args: list, param_grads: int = 0):
+    """Rows split along one of their leading dims: every row tensor is sharded
+    alike, parameters replicated; parameter gradients are partial sums.
+    args: (tensor or None, ROW or PARAM) in the schema's order."""
+    kinds = [kind for tensor, kind in args if tensor is not None]
+    strategies = [([Replicate()] * (outputs + param_grads), [Replicate()] * len(kinds))]
+    for d in range(rows):
+        out = [Shard(d)] * outputs + [Partial()] * param_grads
+        strategies.append((out, [Shard(d) if kind == ROW else Replicate() for kind in kinds]))
+    return strategies
+
+
+@_rule(_ops.layer_norm.default)
+def _layer_norm_rule(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return _row_rule(3, input.ndim - len(normalized_shape), [(input, ROW), (weight, PARAM), (bias, PARAM)])
+
+
+@_rule(_ops.rms_norm.default)
+def _rms_norm_rule(input, normalized_shape, weight=None, eps=None):
+    return _row_rule(2, input.ndim - len(normalized_shape), [(input, ROW), (weight, PARAM)])
+
+
+@_rule(_ops.add_layer_norm.default)
+def _add_layer_norm_rule(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
+    args = [(input, ROW), (residual, ROW), (weight, PARAM), (bias, PARAM)]
+    return _row_rule(4, input.ndim - len(normalized_shape), args)
+
+
+@_rule(_ops.add_rms_norm.default)
+def _add_rms_norm_rule(input, residual, normalized_shape, weight=None, eps=None):
+    return _row_rule(3, input.ndim - len(normalized_shape), [(input, ROW), (residual, ROW), (weight, PARAM)])
+
+
+@_rule(_ops.layer_norm_backward.default)
+def _layer_norm_backward_rule(grad_out, input, normalized_shape, mean, rstd, weight, bias, grad_residual=None):
+    args = [(grad_out, ROW), (input, ROW), (mean, ROW), (rstd, ROW), (weight, PARAM), (bias, PARAM),
+            (grad_residual, ROW)]
+    return _row_rule(1, input.ndim - len(normalized_shape), args, param_grads=2)
+
+
+@_rule(_ops.rms_norm_backward.default)
+def _rms_norm_backward_rule(grad_out, input, normalized_shape, rstd, weight, grad_residual=None):
+    args = [(grad_out, ROW), (input, ROW), (rstd, ROW), (weight, PARAM), (grad_residual, ROW)]
+    return _row_rule(1, input.ndim - len(normalized_shape), args, param_grads=1)
+
+
+def _other_dims_rule(tensors: int, ndim: int, kept: Sequence[int]):
+    return [([Replicate()], [Replicate()] * tensors)] + [
+        ([Shard(d)], [Shard(d)] * tensors) for d in range(ndim) if d not in kept
+    ]
+
+
+@_rule(_ops.softmax.default)
+def _softmax_rule(self, dim=-1, dtype=None):
+    return _other_dims_rule(1, self.ndim, [dim % self.ndim])
+
+
+@_rule(_ops.softmax_backward.default)
+def _softmax_backward_rule(grad_output, output, dim):
+    return _other_dims_rule(2, output.ndim, [dim % output.ndim])
+
+
+@_rule(_ops.causal_softmax.default)
+def _causal_softmax_rule(scores, scale=1.0):
+    return _other_dims_rule(1, scores.ndim, [scores.ndim - 2, scores.ndim - 1])
+
+
+@_rule(_ops.causal_softmax_backward.default)
+def _causal_softmax_backward_rule(grad_output, output, scale):
+    return _other_dims_rule(2, output.ndim, [output.ndim - 2, output.ndim - 1])
+
+
+@_rule(_ops.cross_entropy.default)
+def _cross_entropy_rule(input, target, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    strategies = [([Replicate(), Replicate()], [Replicate(), Replicate()])]
+    # A mean divides by the kept rows of all shards: only replicated.
+    if reduction == "none":
+        strategies.append(([Shard(0), Shard(0)], [Shard(0), Shard(0)]))
+    elif reduction == "sum":
+        strategies.append(([Partial(), Shard(0)], [Shard(0), Shard(0)]))
+    return strategies
+
+
+@_rule(_ops.cross_entropy_backward.default)
+def _cross_entropy_backward_rule(grad_loss, grad_lse, input, target, lse, reduction, ignore_index,
+                                 label_smoothing):
+    given = _present(grad_loss, grad_lse, input, target, lse)
+    strategies = [([Replicate()], [Replicate()] * len(given))]
+    if reduction in ("none", "sum"):
+        loss = Shard(0) if reduction == "none" else Replicate()
+        placements = [loss] + [Shard(0)] * (len(given) - 1)
+        strategies.append(([Shard(0)], placements))
+    return strategies
+
+
+# ---- tensor-parallel rows: the normalised dim sharded
+
+
+def sharded_row_dim(input: Tensor, normalized_dims: int = 1) -> int | None:
+    """The mesh dim along which a DTensor's last dim is sharded, when that is
+    the only normalised dim and the only sharding of it; else None."""
+    if not isinstance(input, DTensor) or normalized_dims != 1:
+        return None
+    last = input.ndim - 1
+    sharding = [i for i, p in enumerate(input.placements) if isinstance(p, Shard) and p.dim % input.ndim == last]
+    if len(sharding) != 1 or any(isinstance(p, Partial) for p in input.placements):
+        return None
+    return sharding[0]
+
+
+def _local_param(param, input: DTensor, mesh_dim: int) -> Tensor | None:
+    """The slice of a (hidden,) parameter that matches the local shard of the
+    input's last dim, differentiably: a DTensor is redistributed to the
+    input's sharding (Replicate to Shard is a local slice), a plain tensor is
+    distributed first (replicated)."""
+    if param is None:
+        return None
+    if not isinstance(param, DTensor):
+        param = DTensor.from_local(param, input.device_mesh, [Replicate()] * input.device_mesh.ndim,
+                                   run_check=False)
+    placements = [Shard(0) if i == mesh_dim else Replicate() for i in range(input.device_mesh.ndim)]
+    return param.redistribute(input.device_mesh, placements).to_local()
+
+
+def _row_sum(t: Tensor) -> Tensor:
+    return reductions.sum(t, -1, keepdim=True)
+
+
+def _widen(t: Tensor) -> Tensor:
+    """Statistics in float32 (float64 for float64 input), as the kernels."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+class _ShardedNorm(torch.autograd.Function):
+    """layer_norm (centered) or rms_norm over a last dim split across a
+    process group; x is the local shard, n the full row length."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, centered, group, n):
+        xf = _widen(x)
+        if centered:
+            mean = _row_sum(xf)
+            dist.all_reduce(mean, group=group)
+            mean /= n
+            centered_x = xf - mean
+            var = _row_sum(centered_x * centered_x)
+        else:
+            centered_x = xf
+            var = _row_sum(xf * xf)
+        dist.all_reduce(var, group=group)
+        rstd = torch.rsqrt(var / n + eps)
+        xhat = centered_x * rstd
+        y = xhat
+        if weight is not None:
+            y = y * weight.to(y.dtype)
+        if bias is not None:
+            y = y + bias.to(y.dtype)
+        ctx.save_for_backward(xhat, rstd, weight)
+        ctx.centered, ctx.group, ctx.n, ctx.has_bias = centered, group, n, bias is not None
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, rstd, weight = ctx.saved_tensors
+        dyf = dy.to(xhat.dtype)
+        g = dyf * weight.to(xhat.dtype) if weight is not None else dyf
+        rows = tuple(range(dy.dim() - 1))
+        if ctx.centered:
+            sums = torch.cat([_row_sum(g), _row_sum(g * xhat)], -1)  # one all-reduce of 2 floats per row
+            dist.all_reduce(sums, group=ctx.group)
+            dx = rstd * (g - sums[..., :1] / ctx.n - xhat * (sums[..., 1:] / ctx.n))
+        else:
+            dot = _row_sum(g * xhat)
+            dist.all_reduce(dot, group=ctx.group)
+            dx = rstd * (g - xhat * (dot / ctx.n))
+        dweight = (dyf * xhat).sum(rows).to(weight.dtype) if weight is not None else None
+        dbias = dyf.sum(rows).to(dy.dtype) if ctx.has_bias else None
+        return dx.to(dy.dtype), dweight, dbias, None, None, None, None
+
+
+class _ShardedSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        xf = _widen(x)
+        row_max = reductions.amax(xf, -1, keepdim=True)
+        dist.all_reduce(row_max, op=dist.ReduceOp.MAX, group=group)
+        e = torch.exp(xf - row_max)
+        total = _row_sum(e)
+        dist.all_reduce(total, group=group)
+        y = (e / total).to(x.dtype)
+        ctx.save_for_backward(y)
+        ctx.group = group
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        yf, dyf = _widen(y), _widen(dy)
+        dot = _row_sum(dyf * yf)
+        dist.all_reduce(dot, group=ctx.group)
+        return (yf * (dyf - dot)).to(dy.dtype), None
+
+
+def sharded_norm(input: DTensor, mesh_dim: int, weight, bias, eps: float, centered: bool) -> DTensor:
+    """layer_norm (centered) or rms_norm of a DTensor whose last dim is
+    sharded along mesh dim ``mesh_dim``; the result has the input's sharding."""
+    mesh = input.device_mesh
+    out = _ShardedNorm.apply(input.to_local(), _local_param(weight, input, mesh_dim),
+                             _local_param(bias, input, mesh_dim), eps, centered, mesh.get_group(mesh_dim),
+                             input.shape[-1])
+    return DTensor.from_local(out, mesh, input.placements, run_check=False, shape=input.shape,
+                              stride=input.stride())
+
+
+def sharded_softmax(input: DTensor, mesh_dim: int) -> DTensor:
+    """softmax over the last dim of a DTensor sharded along it."""
+    mesh = input.device_mesh
+    out = _ShardedSoftmax.apply(input.to_local(), mesh.get_group(mesh_dim))
+    return DTensor.from_local(out, mesh, input.placements, run_check=False, shape=input.shape,
+                              stride=input.stride())
