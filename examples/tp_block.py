@@ -15,7 +15,7 @@ import os
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
                                                parallelize_module)
 
@@ -52,8 +52,8 @@ def main():
     single = copy.deepcopy(model)
     parallelize_module(model, mesh, {
         "norm": SequenceParallel(),
-        "gate": ColwiseParallel(input_layouts=Replicate()),
-        "up": ColwiseParallel(input_layouts=Replicate()),
+        "gate": ColwiseParallel(input_layouts=Shard(1)),
+        "up": ColwiseParallel(input_layouts=Shard(1)),
         "down": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
         "final_norm": SequenceParallel(),
         "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(1), use_local_output=False),
