@@ -17,12 +17,16 @@ from .nn import patch
 from .losses import cross_entropy
 from .norms import add_layer_norm, add_rms_norm, causal_softmax, layer_norm, rms_norm, softmax
 from .reductions import amax, amin, mean, prod, sum
+from .selection import all, aminmax, any, argmax, argmin
+from .statistics import clip_grad_norm_, foreach_norm, logsumexp, norm, std, std_mean, var, var_mean
 
 #: Folder for CMake's find_package(fastreduce) (C++ programs linking the operators).
 cmake_prefix_path = os.path.join(os.path.dirname(__file__), "share", "cmake")
 
 __all__ = [
     "sum", "mean", "prod", "amax", "amin",
+    "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "argmax", "argmin", "aminmax", "any", "all",
+    "foreach_norm", "clip_grad_norm_",
     "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "softmax", "causal_softmax",
     "cross_entropy", "nn", "patch",
     "sum_variant", "variants", "ladder",

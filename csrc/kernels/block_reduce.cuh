@@ -5,6 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+#include <type_traits>
+
 #include "reduce_op.h"
 
 namespace fastreduce {
@@ -12,12 +15,30 @@ namespace fastreduce {
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// A butterfly shuffle of any accumulator: arithmetic types directly, a
+// struct (Welford moments, value and index) one 32-bit word at a time.
+template <typename T>
+__device__ __forceinline__ T shuffle_xor(const T& value, int offset) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return __shfl_xor_sync(kFullMask, value, offset);
+  } else {
+    static_assert(sizeof(T) % sizeof(int) == 0, "accumulators are shuffled in 32-bit words");
+    constexpr int kWords = sizeof(T) / sizeof(int);
+    int words[kWords];
+    memcpy(words, &value, sizeof(T));
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) words[k] = __shfl_xor_sync(kFullMask, words[k], offset);
+    T result;
+    memcpy(&result, words, sizeof(T));
+    return result;
+  }
+}
+
 // Reduces across aligned groups of kWidth lanes (a power of two up to 32).
 template <typename Op, int kWidth = kWarpSize, typename Acc>
 __device__ __forceinline__ Acc warp_allreduce(Acc value) {
 #pragma unroll
-  for (int offset = kWidth / 2; offset > 0; offset /= 2)
-    value = Op::combine(value, __shfl_xor_sync(kFullMask, value, offset));
+  for (int offset = kWidth / 2; offset > 0; offset /= 2) value = Op::combine(value, shuffle_xor(value, offset));
   return value;
 }
 
@@ -37,9 +58,10 @@ __device__ __forceinline__ Acc block_allreduce(Acc value, Acc* scratch) {
   return value;
 }
 
-// N consecutive elements loaded as one vector.
+// N consecutive elements loaded as one vector (aligned to the largest power
+// of two dividing its size: 16 bytes for the packs of Vec16).
 template <typename In, int N>
-struct alignas(sizeof(In) * N) VecN {
+struct alignas((sizeof(In) * N) & (~(sizeof(In) * N) + 1)) VecN {
   static constexpr int kSize = N;
   In elem[N];
 };
@@ -47,26 +69,34 @@ struct alignas(sizeof(In) * N) VecN {
 template <typename In>
 using Vec16 = VecN<In, 16 / sizeof(In)>;
 
-template <typename Op, typename In, typename Acc = typename Op::acc_t>
-__device__ __forceinline__ Acc combine_vec(Acc acc, const Vec16<In>& v) {
+// Folds the elements of v, whose first has index `index`.
+template <typename Op, typename In, int N, typename Acc = typename Op::acc_t>
+__device__ __forceinline__ Acc fold_vec(const Op& op, Acc acc, const VecN<In, N>& v, int64_t index) {
 #pragma unroll
-  for (int k = 0; k < Vec16<In>::kSize; ++k) acc = Op::combine(acc, static_cast<Acc>(v.elem[k]));
+  for (int k = 0; k < N; ++k) acc = op.fold(acc, v.elem[k], index + k);
   return acc;
 }
 
 // Reduces data[0, n) cooperatively: thread `rank` of `team` threads folds its
-// share into `acc`. The body uses 16-byte loads, kUnroll of them in flight per
-// thread; the unaligned head (storage offsets) and the tail go element-wise.
+// share into `acc`; element i has index first_index + i (for argmax). The
+// body uses 16-byte loads, kUnroll of them in flight per thread; the
+// unaligned head (storage offsets) and the tail go element-wise.
 template <typename Op, int kUnroll = 4, typename In, typename Acc = typename Op::acc_t>
 __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64_t n, int64_t rank,
-                                              int64_t team, Acc acc) {
+                                              int64_t team, Acc acc, const Op& op = Op{},
+                                              int64_t first_index = 0) {
+  if constexpr (16 % sizeof(In) != 0) {  // accumulators of 12 or 24 bytes: one at a time
+    for (int64_t i = rank; i < n; i += team) acc = op.fold(acc, data[i], first_index + i);
+    return acc;
+  } else {
   constexpr int kVec = Vec16<In>::kSize;
   const auto misalign = reinterpret_cast<uintptr_t>(data) % 16;
   int64_t head = misalign == 0 ? 0 : static_cast<int64_t>((16 - misalign) / sizeof(In));
   if (head > n) head = n;
-  for (int64_t i = rank; i < head; i += team) acc = Op::combine(acc, static_cast<Acc>(data[i]));
+  for (int64_t i = rank; i < head; i += team) acc = op.fold(acc, data[i], first_index + i);
   data += head;
   n -= head;
+  first_index += head;
 
   // Full rounds: kUnroll loads issued before any is used. The last, partial
   // round predicates them, so it too keeps its loads in flight.
@@ -78,7 +108,7 @@ __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) v[u] = vecs[base + u * team];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc = combine_vec<Op>(acc, v[u]);
+    for (int u = 0; u < kUnroll; ++u) acc = fold_vec(op, acc, v[u], first_index + (base + u * team) * kVec);
   }
   if (base < num_vecs) {
     Vec16<In> v[kUnroll];
@@ -87,12 +117,13 @@ __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64
       if (base + u * team < num_vecs) v[u] = vecs[base + u * team];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (base + u * team < num_vecs) acc = combine_vec<Op>(acc, v[u]);
+      if (base + u * team < num_vecs) acc = fold_vec(op, acc, v[u], first_index + (base + u * team) * kVec);
   }
 
   for (int64_t j = num_vecs * kVec + rank; j < n; j += team)
-    acc = Op::combine(acc, static_cast<Acc>(data[j]));
+    acc = op.fold(acc, data[j], first_index + j);
   return acc;
+  }
 }
 
 }  // namespace fastreduce

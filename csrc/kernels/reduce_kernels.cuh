@@ -1,4 +1,7 @@
-// The reduction kernels behind torch.ops.fastreduce.{sum,mean,prod,amax,amin}.
+// The reduction kernels behind every op of the reduction family (sum, mean,
+// prod, amax, amin, var/std, logsumexp, norm, argmax/argmin, aminmax,
+// any/all): each kernel is generic over an op (reduce_op.h's contract) and
+// a sink that the op stores its results to.
 //
 // Every problem is a view (outer, len, inner) of a dense buffer, reduced over
 // `len`. Large reductions are decomposed into two passes (CUB's shape): pass 1
@@ -22,10 +25,12 @@ __device__ __forceinline__ void begin_pass() {
   else allow_dependent_launch();
 }
 
-template <typename Op, typename Out, bool kFinal>
-__device__ __forceinline__ void store_result(Out* out, int64_t index, typename Op::acc_t acc,
-                                             typename Op::acc_t scale) {
-  out[index] = kFinal ? static_cast<Out>(Op::finalize(acc, scale)) : static_cast<Out>(acc);
+// A first pass writes accumulator partials (the sink is an acc_t array); a
+// final pass lets the op store its result.
+template <bool kFinal, typename Op, typename Sink>
+__device__ __forceinline__ void store_result(const Op& op, Sink out, int64_t index, typename Op::acc_t acc) {
+  if constexpr (kFinal) op.store(out, index, acc);
+  else out[index] = acc;
 }
 
 // Full reduction of x[0, n): each block writes out[blockIdx.x]. With one block
@@ -38,27 +43,26 @@ constexpr int kAllThreads = 512;
 template <typename Op>
 constexpr int kAllMinBlocks = std::is_same_v<typename Op::acc_t, float> ? 4 : 1;
 
-template <typename Op, typename In, typename Out, bool kFinal>
-__global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>) reduce_all_kernel(const In* __restrict__ x, int64_t n, Out* __restrict__ out,
-                                  typename Op::acc_t scale) {
+template <typename Op, typename In, typename Sink, bool kFinal>
+__global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
+    reduce_all_kernel(const In* __restrict__ x, int64_t n, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   __shared__ Acc scratch[kWarpSize];
   begin_pass<kFinal>();
   const int64_t rank = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t team = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  Acc acc = strided_reduce<Op>(x, n, rank, team, Op::identity());
+  Acc acc = strided_reduce<Op>(x, n, rank, team, Op::identity(), op);
   acc = block_allreduce<Op>(acc, scratch);
-  if (threadIdx.x == 0) store_result<Op, Out, kFinal>(out, blockIdx.x, acc, scale);
+  if (threadIdx.x == 0) store_result<kFinal>(op, out, blockIdx.x, acc);
 }
 
 // Rows of a (rows, row_len) matrix, each cut into `splits` segments of `chunk`
 // elements. A segment is reduced by a team of kTeam lanes (short rows; a power
 // of two up to 32) or, with kTeam == 0, by the whole block, and writes
 // out[row * splits + segment].
-template <typename Op, typename In, typename Out, bool kFinal, int kTeam>
+template <typename Op, typename In, typename Sink, bool kFinal, int kTeam>
 __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len,
-                                   int64_t splits, int64_t chunk, Out* __restrict__ out,
-                                   typename Op::acc_t scale) {
+                                   int64_t splits, int64_t chunk, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   constexpr bool kWholeBlock = kTeam == 0;
   __shared__ Acc scratch[kWarpSize];
@@ -72,10 +76,11 @@ __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64
   const int64_t row = segment / splits;
   const int64_t start = (segment % splits) * chunk;
   const int64_t length = !valid ? 0 : start + chunk < row_len ? chunk : row_len - start;
-  Acc acc = strided_reduce<Op>(x + (valid ? row * row_len + start : 0), length, rank, team, Op::identity());
+  Acc acc = strided_reduce<Op>(x + (valid ? row * row_len + start : 0), length, rank, team, Op::identity(), op,
+                               start);
   if constexpr (kWholeBlock) acc = block_allreduce<Op>(acc, scratch);
   else acc = warp_allreduce<Op, kTeam>(acc);
-  if (valid && rank == 0) store_result<Op, Out, kFinal>(out, segment, acc, scale);
+  if (valid && rank == 0) store_result<kFinal>(op, out, segment, acc);
 }
 
 constexpr int kColumnTile = 32;    // threads across the columns of a tile: one warp
@@ -87,10 +92,10 @@ constexpr int kColumnThreads = kColumnTile * kColumnLanes;
 // blockIdx.y the segment. Each thread owns kVec adjacent columns and loads
 // them as one vector (kVec > 1 needs inner % kVec == 0 and an aligned x), so a
 // warp reads 32 * kVec consecutive elements of a row.
-template <typename Op, typename In, typename Out, bool kFinal, int kVec>
+template <typename Op, typename In, typename Sink, bool kFinal, int kVec>
 __global__ void __launch_bounds__(kColumnThreads)
     reduce_columns_kernel(const In* __restrict__ x, int64_t len, int64_t inner, int64_t splits,
-                          int64_t chunk, Out* __restrict__ out, typename Op::acc_t scale) {
+                          int64_t chunk, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   using Pack = VecN<In, kVec>;
   constexpr int kTileColumns = kColumnTile * kVec;
@@ -122,7 +127,7 @@ __global__ void __launch_bounds__(kColumnThreads)
       for (int u = 0; u < kUnroll; ++u)
         if (base + u * kColumnLanes < end) {
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) acc[k] = Op::combine(acc[k], static_cast<Acc>(v[u].elem[k]));
+          for (int k = 0; k < kVec; ++k) acc[k] = op.fold(acc[k], v[u].elem[k], base + u * kColumnLanes);
         }
     }
   }
@@ -134,7 +139,7 @@ __global__ void __launch_bounds__(kColumnThreads)
     Acc total = partial[0][c];
 #pragma unroll
     for (int k = 1; k < kColumnLanes; ++k) total = Op::combine(total, partial[k][c]);
-    store_result<Op, Out, kFinal>(out, (o * splits + segment) * inner + tile_start + c, total, scale);
+    store_result<kFinal>(op, out, (o * splits + segment) * inner + tile_start + c, total);
   }
 }
 

@@ -18,33 +18,96 @@
 
 namespace fastreduce {
 
-template <typename Acc>
-struct SumOp {
+enum class ReduceKind { Sum, Mean, Prod, Max, Min, Var, LogSumExp, Norm, ArgMax, ArgMin, MinMax, Any, All };
+
+// What the ops of a kind take beyond their input: the Bessel-style
+// correction and root of var/std, the order of a vector norm.
+struct ReduceParams {
+  double correction = 0;
+  bool root = false;  // std instead of var
+  double ord = 2;
+};
+
+// x as the accumulator type A: half types through float (their one
+// conversion), the rest directly.
+template <typename A, typename In>
+FR_HOST_DEVICE A widen_to(In x) {
+  if constexpr (std::is_arithmetic_v<In>) return static_cast<A>(x);
+  else return static_cast<A>(static_cast<float>(x));
+}
+
+// An op's contract, for the kernels of every device:
+//   acc_t; static identity() and combine(a, b), associative and, in the
+//   fixed order the kernels use, deterministic;
+//   fold(acc, element, index): one input element joins an accumulator;
+//   store(sink, i, acc): the finished accumulator of output element i;
+//   make(params, len): the op for a reduction over len elements.
+// Most ops fold an element by combining it as an accumulator and store one
+// value; ElementwiseOp gives them that.
+template <typename Op, typename Acc>
+struct ElementwiseOp {
   using acc_t = Acc;
+  template <typename In>
+  FR_HOST_DEVICE Acc fold(Acc acc, In x, int64_t /*index*/) const {
+    return Op::combine(acc, static_cast<Acc>(x));
+  }
+  FR_HOST_DEVICE Acc finalize(Acc acc) const { return acc; }
+  template <typename Out>
+  FR_HOST_DEVICE void store(Out* out, int64_t i, Acc acc) const {
+    out[i] = static_cast<Out>(static_cast<const Op*>(this)->finalize(acc));
+  }
+  static Op make(const ReduceParams&, int64_t /*len*/) { return Op{}; }
+};
+
+// A second pass folds accumulator partials: combining, then the op's store.
+template <typename Op>
+struct CombinePartials {
+  using acc_t = typename Op::acc_t;
+  Op op;
+  FR_HOST_DEVICE static acc_t identity() { return Op::identity(); }
+  FR_HOST_DEVICE static acc_t combine(acc_t a, acc_t b) { return Op::combine(a, b); }
+  FR_HOST_DEVICE acc_t fold(acc_t acc, acc_t partial, int64_t) const { return Op::combine(acc, partial); }
+  template <typename Sink>
+  FR_HOST_DEVICE void store(Sink out, int64_t i, acc_t acc) const { op.store(out, i, acc); }
+};
+
+// Two outputs written side by side (var_mean, aminmax); `second` may be null.
+template <typename A, typename B = A>
+struct PairSink {
+  A* first;
+  B* second;
+};
+
+template <typename Acc>
+struct SumOp : ElementwiseOp<SumOp<Acc>, Acc> {
   FR_HOST_DEVICE static Acc identity() { return Acc(0); }
   FR_HOST_DEVICE static Acc combine(Acc a, Acc b) { return a + b; }
-  FR_HOST_DEVICE static Acc finalize(Acc a, Acc /*scale*/) { return a; }
 };
 
 // Like torch's MeanOps: a sum, multiplied by 1/count at the end.
 template <typename Acc>
-struct MeanOp : SumOp<Acc> {
-  FR_HOST_DEVICE static Acc finalize(Acc a, Acc inv_count) { return a * inv_count; }
+struct MeanOp : ElementwiseOp<MeanOp<Acc>, Acc> {
+  Acc inv_count;
+  FR_HOST_DEVICE static Acc identity() { return Acc(0); }
+  FR_HOST_DEVICE static Acc combine(Acc a, Acc b) { return a + b; }
+  FR_HOST_DEVICE Acc finalize(Acc a) const { return a * inv_count; }
+  static MeanOp make(const ReduceParams&, int64_t len) {
+    MeanOp op;
+    op.inv_count = static_cast<Acc>(1.0 / static_cast<double>(len));
+    return op;
+  }
 };
 
 template <typename Acc>
-struct ProdOp {
-  using acc_t = Acc;
+struct ProdOp : ElementwiseOp<ProdOp<Acc>, Acc> {
   FR_HOST_DEVICE static Acc identity() { return Acc(1); }
   FR_HOST_DEVICE static Acc combine(Acc a, Acc b) { return a * b; }
-  FR_HOST_DEVICE static Acc finalize(Acc a, Acc /*scale*/) { return a; }
 };
 
 // amax/amin propagate NaN like torch: once a NaN is seen it wins. For
 // integer types `a != a` is false and the checks fold away.
 template <typename Acc>
-struct MaxOp {
-  using acc_t = Acc;
+struct MaxOp : ElementwiseOp<MaxOp<Acc>, Acc> {
   FR_HOST_DEVICE static Acc identity() {
     return std::numeric_limits<Acc>::has_infinity ? -std::numeric_limits<Acc>::infinity()
                                                   : std::numeric_limits<Acc>::lowest();
@@ -54,12 +117,10 @@ struct MaxOp {
     if (b != b) return b;
     return a > b ? a : b;
   }
-  FR_HOST_DEVICE static Acc finalize(Acc a, Acc /*scale*/) { return a; }
 };
 
 template <typename Acc>
-struct MinOp {
-  using acc_t = Acc;
+struct MinOp : ElementwiseOp<MinOp<Acc>, Acc> {
   FR_HOST_DEVICE static Acc identity() {
     return std::numeric_limits<Acc>::has_infinity ? std::numeric_limits<Acc>::infinity()
                                                   : std::numeric_limits<Acc>::max();
@@ -69,10 +130,7 @@ struct MinOp {
     if (b != b) return b;
     return a < b ? a : b;
   }
-  FR_HOST_DEVICE static Acc finalize(Acc a, Acc /*scale*/) { return a; }
 };
-
-enum class ReduceKind { Sum, Mean, Prod, Max, Min };
 
 // Accumulator types: half types widen to float; sums and products of
 // integers widen to int64 (torch's output type); max/min of narrow integers
@@ -103,7 +161,8 @@ struct ReduceTypes {
 };
 
 // Calls f(std::integral_constant<ReduceKind, K>{}, TypeTag<In>{}) for a runtime
-// (kind, dtype); mean of an integer type is refused with `refused`.
+// (kind, dtype) of sum, mean, prod, max or min; mean of an integer type and
+// the other kinds are refused with `refused`.
 template <typename Half, typename BFloat16, typename R, typename F>
 R visit_reduction(ReduceKind kind, DType dtype, R refused, F&& f) {
   return visit_dtype<Half, BFloat16>(dtype, [&](auto tag) -> R {
@@ -114,9 +173,10 @@ R visit_reduction(ReduceKind kind, DType dtype, R refused, F&& f) {
       case ReduceKind::Prod: return f(integral_constant<ReduceKind, ReduceKind::Prod>{}, tag);
       case ReduceKind::Max: return f(integral_constant<ReduceKind, ReduceKind::Max>{}, tag);
       case ReduceKind::Min: return f(integral_constant<ReduceKind, ReduceKind::Min>{}, tag);
-      default:
+      case ReduceKind::Mean:
         if constexpr (std::numeric_limits<In>::is_integer) return refused;
         else return f(integral_constant<ReduceKind, ReduceKind::Mean>{}, tag);
+      default: return refused;
     }
   });
 }

@@ -1,190 +1,57 @@
-// Chooses the decomposition of a reduction (full / rows / columns, how many
-// segments, team and vector widths) from its shape, its alignment and the SM
-// count, and launches the kernels.
+// The reduction entry points: each kind goes to its family's translation
+// unit. This one holds sum, mean, prod, amax and amin.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-
-#include "../kernels/reduce_kernels.cuh"
-#include "launch.h"
-#include "reduce.h"
+#include "reduce_families.h"
+#include "reduce_plan.cuh"
 
 namespace fastreduce {
 namespace {
 
-constexpr int kFinishThreads = 256;   // pass 2 folds at most 4 * SMs partials
-constexpr int kRowThreads = 512;
-constexpr int kRowBlocksPerSm = 4;
-constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
-constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
-constexpr int kColumnBlocksPerSm = 8;
-constexpr int64_t kMinColumnRowsPerLane = 16;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-struct Plan {
-  enum class Layout { All, Rows, Columns } layout;
-  int64_t segments;  // partials per output element (1: single pass)
-  int64_t chunk;     // elements of `len` per segment
-  int team;          // Rows: lanes per row, 0 for a whole block
-  int vec;           // Columns: columns per thread
+struct VisitBasic {
+  template <typename F>
+  cudaError_t operator()(const ReduceProblem& p, F&& f) const {
+    return visit_reduction<__half, __nv_bfloat16>(p.kind, p.dtype, cudaErrorInvalidValue, [&](auto kind, auto tag) {
+      using Types = ReduceTypes<decltype(kind)::value, typename decltype(tag)::type>;
+      return f(Types::op_t::make(p.params, p.len), tag, TypeTag<typename Types::out_t*>{});
+    });
+  }
 };
 
-// Resident blocks per SM of the full reduction's pass 1: the grid is one
-// wave of them, so no block waits for a second wave.
-template <typename Op, typename In>
-int full_blocks_per_sm() {
-  static const int blocks = [] {
-    int resident = 0;
-    const auto kernel = reduce_all_kernel<Op, In, typename Op::acc_t, false>;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kAllThreads, 0) == cudaSuccess
-               ? std::max(resident, 1) : 1;
-  }();
-  return blocks;
-}
+enum class Family { Basic, Statistic, Selection };
 
-Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, int full_blocks_per_sm) {
-  const int64_t vec = 16 / elem_size;
-  if (p.outer == 1 && p.inner == 1) {
-    // One wave of blocks, each thread with 4 vectors in flight; up to four
-    // blocks' worth, one block alone (one launch: a second pass would cost
-    // the host more than the block's extra rounds cost the GPU).
-    const int64_t per_block = kAllThreads * vec * 4;
-    const int64_t blocks = p.len <= 4 * per_block
-                               ? 1
-                               : std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * full_blocks_per_sm);
-    return {Plan::Layout::All, std::max<int64_t>(blocks, 1), p.len, 0, 1};
+Family family_of(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::Var:
+    case ReduceKind::LogSumExp:
+    case ReduceKind::Norm: return Family::Statistic;
+    case ReduceKind::ArgMax:
+    case ReduceKind::ArgMin:
+    case ReduceKind::MinMax:
+    case ReduceKind::Any:
+    case ReduceKind::All: return Family::Selection;
+    default: return Family::Basic;
   }
-  if (p.inner == 1) {
-    if (p.len <= kTeamRowMaxLen) {
-      // The smallest team that gives each lane at most 4 vectors.
-      const int64_t vecs = ceil_div(p.len, vec);
-      int team = 4;
-      while (team < 32 && team * 4 < vecs) team *= 2;
-      return {Plan::Layout::Rows, 1, p.len, team, 1};
-    }
-    int64_t segments = 1;
-    const int64_t target = int64_t(sm_count) * kRowBlocksPerSm;
-    if (p.outer < target)
-      segments = std::min(ceil_div(target, p.outer), std::max<int64_t>(p.len / kMinSegment, 1));
-    // Keep segment starts 16-byte aligned whenever the rows are.
-    const int64_t chunk = ceil_div(ceil_div(p.len, segments), vec) * vec;
-    return {Plan::Layout::Rows, ceil_div(p.len, chunk), chunk, 0, 1};
-  }
-  const bool packed = p.inner % vec == 0 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0;
-  const int columns_per_thread = packed ? static_cast<int>(vec) : 1;
-  const int64_t blocks = ceil_div(p.inner, kColumnTile * columns_per_thread) * p.outer;
-  const int64_t target = int64_t(sm_count) * kColumnBlocksPerSm;
-  int64_t segments = 1;
-  if (blocks < target)
-    segments = std::min(ceil_div(target, blocks),
-                        std::max<int64_t>(p.len / (kColumnLanes * kMinColumnRowsPerLane), 1));
-  const int64_t chunk = std::max<int64_t>(ceil_div(p.len, segments), 1);
-  return {Plan::Layout::Columns, std::max<int64_t>(ceil_div(p.len, chunk), 1), chunk, 0, columns_per_thread};
-}
-
-template <typename Op, typename In, typename Out, bool kFinal>
-cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t splits, const In* x, Out* out,
-                        typename Op::acc_t scale, After after, cudaStream_t stream) {
-  const int64_t segments = rows * splits;
-  auto run = [&](auto team) {
-    constexpr int kTeam = decltype(team)::value;
-    const int64_t grid = kTeam == 0 ? segments : ceil_div(segments, kRowThreads / kTeam);
-    return launch_kernel(reduce_rows_kernel<Op, In, Out, kFinal, kTeam>, grid, kRowThreads, 0, stream, after, x,
-                         rows, row_len, splits, plan.chunk, out, scale);
-  };
-  switch (plan.team) {
-    case 4: return run(std::integral_constant<int, 4>{});
-    case 8: return run(std::integral_constant<int, 8>{});
-    case 16: return run(std::integral_constant<int, 16>{});
-    case 32: return run(std::integral_constant<int, 32>{});
-    default: return run(std::integral_constant<int, 0>{});
-  }
-}
-
-template <ReduceKind K, typename In>
-cudaError_t launch(const ReduceProblem& p, void* output, void* workspace, int sm_count, cudaStream_t stream) {
-  using T = ReduceTypes<K, In>;
-  using Op = typename T::op_t;
-  using Acc = typename T::acc_t;
-  using Out = typename T::out_t;
-  const auto* x = static_cast<const In*>(p.input);
-  auto* out = static_cast<Out*>(output);
-  auto* partials = static_cast<Acc*>(workspace);
-  const Acc scale = static_cast<Acc>(1.0 / static_cast<double>(p.len));
-  const Plan plan = make_plan(p, sizeof(In), sm_count, full_blocks_per_sm<Op, In>());
-  const bool two_pass = plan.segments > 1;
-
-  cudaError_t err = cudaSuccess;
-  switch (plan.layout) {
-    case Plan::Layout::All:
-      if (!two_pass)
-        return launch_kernel(reduce_all_kernel<Op, In, Out, true>, 1, kAllThreads, 0, stream, After::Stream, x, p.len,
-                             out, scale);
-      err = launch_kernel(reduce_all_kernel<Op, In, Acc, false>, plan.segments, kAllThreads, 0, stream,
-                          After::Stream, x, p.len, partials, scale);
-      if (err != cudaSuccess) return err;
-      return launch_kernel(reduce_all_kernel<Op, Acc, Out, true>, 1, kFinishThreads, 0, stream, After::Producer,
-                           partials, plan.segments, out, scale);
-    case Plan::Layout::Rows: {
-      if (!two_pass)
-        return launch_rows<Op, In, Out, true>(plan, p.outer, p.len, 1, x, out, scale, After::Stream, stream);
-      err = launch_rows<Op, In, Acc, false>(plan, p.outer, p.len, plan.segments, x, partials, scale, After::Stream,
-                                            stream);
-      if (err != cudaSuccess) return err;
-      const Plan finish{Plan::Layout::Rows, 1, plan.segments, 32, 1};
-      return launch_rows<Op, Acc, Out, true>(finish, p.outer, plan.segments, 1, partials, out, scale,
-                                             After::Producer, stream);
-    }
-    case Plan::Layout::Columns: {
-      auto first_pass = [&](auto columns_per_thread) {
-        constexpr int kVec = decltype(columns_per_thread)::value;
-        const dim3 grid(ceil_div(p.inner, kColumnTile * kVec) * p.outer, plan.segments);
-        if (two_pass)
-          return launch_kernel(reduce_columns_kernel<Op, In, Acc, false, kVec>, grid, kColumnThreads, 0, stream,
-                               After::Stream, x, p.len, p.inner, plan.segments, plan.chunk, partials, scale);
-        return launch_kernel(reduce_columns_kernel<Op, In, Out, true, kVec>, grid, kColumnThreads, 0, stream,
-                             After::Stream, x, p.len, p.inner, int64_t(1), plan.chunk, out, scale);
-      };
-      err = plan.vec > 1 ? first_pass(std::integral_constant<int, Vec16<In>::kSize>{})
-                         : first_pass(std::integral_constant<int, 1>{});
-      if (err != cudaSuccess || !two_pass) return err;
-      const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
-      return launch_kernel(reduce_columns_kernel<Op, Acc, Out, true, 1>, finish_grid, kColumnThreads, 0, stream,
-                           After::Producer, partials, plan.segments, p.inner, int64_t(1), plan.segments, out, scale);
-    }
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <typename F>
-cudaError_t dispatch_kind(const ReduceProblem& p, F&& f) {
-  return visit_reduction<__half, __nv_bfloat16>(p.kind, p.dtype, cudaErrorInvalidValue, f);
 }
 
 }  // namespace
 
 size_t reduce_workspace_bytes(const ReduceProblem& problem, int sm_count) {
-  size_t bytes = 0;
-  dispatch_kind(problem, [&](auto kind, auto tag) {
-    using In = typename decltype(tag)::type;
-    using Types = ReduceTypes<decltype(kind)::value, In>;
-    using Acc = typename Types::acc_t;
-    const Plan plan = make_plan(problem, sizeof(In), sm_count, full_blocks_per_sm<typename Types::op_t, In>());
-    if (plan.segments > 1) bytes = plan.segments * problem.outer * problem.inner * sizeof(Acc);
-    return cudaSuccess;
-  });
-  return bytes;
+  switch (family_of(problem.kind)) {
+    case Family::Statistic: return statistic_workspace_bytes(problem, sm_count);
+    case Family::Selection: return selection_workspace_bytes(problem, sm_count);
+    default: return reduce_plan::family_workspace_bytes(problem, sm_count, VisitBasic{});
+  }
 }
 
 cudaError_t reduce(const ReduceProblem& problem, void* output, void* workspace, int sm_count,
                    cudaStream_t stream) {
-  if (problem.outer * problem.inner == 0) return cudaSuccess;
-  return dispatch_kind(problem, [&](auto kind, auto tag) {
-    return launch<decltype(kind)::value, typename decltype(tag)::type>(problem, output, workspace, sm_count,
-                                                                      stream);
-  });
+  switch (family_of(problem.kind)) {
+    case Family::Statistic: return reduce_statistic(problem, output, workspace, sm_count, stream);
+    case Family::Selection: return reduce_selection(problem, output, workspace, sm_count, stream);
+    default: return reduce_plan::family_reduce(problem, output, workspace, sm_count, stream, VisitBasic{});
+  }
 }
 
 }  // namespace fastreduce

@@ -1,13 +1,15 @@
 // Autocast for the operators whose aten counterparts autocast touches, with
 // the same policies (ATen's autocast_mode.cpp), so a model keeps its output
 // dtypes when fastreduce is swapped in:
-//   CUDA: layer_norm, add_layer_norm and cross_entropy run in float32 (fp32;
+//   CUDA: layer_norm, add_layer_norm, cross_entropy and logsumexp run in float32 (fp32;
 //         add_layer_norm's residual_out too, where torch's unfused add would
 //         keep the input dtype); rms_norm and add_rms_norm fall through, as
 //         aten's rms_norm does (measured on torch 2.11); sum, prod and softmax take
 //         dtype=float32 when none is given (fp32_set_opt_dtype), and
 //         causal_softmax, a softmax without a dtype argument, likewise runs
-//         in float32. mean, amax and amin fall through (not listed by aten).
+//         in float32; norm takes dtype=float32 as aten's linalg_vector_norm.
+//         mean, amax, amin, var/std, argmax/argmin, aminmax and any/all
+//         fall through (not listed by aten).
 //   CPU:  prod and cross_entropy run in float32 (fp32); the rest fall
 //         through, as aten's do.
 // Ops with no kernel here fall through to the next key.
@@ -66,6 +68,19 @@ at::Tensor prod_fp32_autocast(const at::Tensor& self, at::OptionalIntArrayRef di
 }
 
 template <DeviceType Device>
+at::Tensor norm_autocast(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                         std::optional<at::ScalarType> dtype) {
+  AutocastOff<Device> off;
+  return call_norm(self, ord, dim, keepdim, float_unless_given<Device>(self, dtype));
+}
+
+template <DeviceType Device>
+at::Tensor logsumexp_autocast(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  AutocastOff<Device> off;
+  return call_logsumexp(to_float<Device>(self), dim, keepdim);
+}
+
+template <DeviceType Device>
 at::Tensor softmax_autocast(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
   AutocastOff<Device> off;
   return call_softmax(self, dim, float_unless_given<Device>(self, dtype));
@@ -110,6 +125,8 @@ void register_autocast_cuda(torch::Library& m) {
   constexpr auto cuda = DeviceType::CUDA;
   m.impl("sum", &sum_autocast<cuda>);
   m.impl("prod", &prod_set_dtype_autocast<cuda>);
+  m.impl("norm", &norm_autocast<cuda>);
+  m.impl("logsumexp", &logsumexp_autocast<cuda>);
   m.impl("softmax", &softmax_autocast<cuda>);
   m.impl("causal_softmax", &causal_softmax_autocast<cuda>);
   m.impl("layer_norm", &layer_norm_autocast<cuda>);

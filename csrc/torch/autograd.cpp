@@ -3,61 +3,18 @@
 // to the kernels; otherwise a torch::autograd::Function records a backward
 // that calls registered operators (fastreduce's backward ops, or aten's), so
 // torch.compile, AOT autograd and export trace it like any other op.
-#include <torch/autograd.h>
-
-#include <algorithm>
-
-#include "common.h"
+#include "autograd_common.h"
 #include "dispatch.h"
 
 namespace fastreduce {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-bool wants_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
-bool wants_grad(const std::optional<at::Tensor>& t) { return t.has_value() && wants_grad(*t); }
-
-template <typename... Tensors>
-bool any_wants_grad(const Tensors&... tensors) {
-  return at::GradMode::is_enabled() && (wants_grad(tensors) || ...);
-}
-
-at::Tensor or_undefined(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
-std::optional<at::Tensor> or_none(const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; }
-
-// ---- reductions: the forward saves the reduced dims and the input's shape
-// and dtype; each backward broadcasts the output gradient back.
-
-std::vector<int64_t> reduced_dim_list(int64_t ndim, at::OptionalIntArrayRef dim) {
-  std::vector<int64_t> dims;
-  if (dim.has_value() && !dim->empty()) {
-    for (int64_t d : *dim) dims.push_back(wrap_dim(d, ndim));
-  } else {
-    for (int64_t d = 0; d < ndim; ++d) dims.push_back(d);
-  }
-  std::sort(dims.begin(), dims.end());
-  return dims;
-}
-
-void save_dims(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
-  ctx->saved_data["dims"] = reduced_dim_list(self.dim(), dim);
-  ctx->saved_data["keepdim"] = keepdim;
-}
-
-// sum and mean also need the input's shape and dtype (not the input itself).
+// ---- reductions: sum and mean also need the input's shape and dtype (not
+// the input itself).
 void save_reduction(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
   save_dims(ctx, self, dim, keepdim);
   ctx->saved_data["sizes"] = self.sym_sizes();
   ctx->saved_data["dtype"] = self.scalar_type();
-}
-
-// The output gradient with the reduced dims back as size 1.
-at::Tensor unsqueeze_reduced(AutogradContext* ctx, at::Tensor grad) {
-  if (ctx->saved_data["keepdim"].toBool()) return grad;
-  for (int64_t d : ctx->saved_data["dims"].toIntVector()) grad = grad.unsqueeze(d);
-  return grad;
 }
 
 at::Tensor expand_to_input(AutogradContext* ctx, const at::Tensor& grad) {
@@ -457,6 +414,7 @@ void register_autograd(torch::Library& m) {
   m.impl("cross_entropy", &cross_entropy_autograd);
   m.impl("softmax", &softmax_autograd);
   m.impl("causal_softmax", &causal_softmax_autograd);
+  register_statistics_autograd(m);
 }
 
 }  // namespace fastreduce

@@ -41,7 +41,11 @@ DType to_dtype(at::ScalarType type, const char* op) {
 // CPU-only build: CUDA tensors never reach these (no CUDA kernels are
 // registered), but the device-independent code links against them.
 [[noreturn]] static void no_cuda() { TORCH_CHECK(false, "fastreduce was built without CUDA (FASTREDUCE_CUDA=0)"); }
-void reduce_cuda(ReduceKind, const at::Tensor&, int64_t, int64_t, int64_t, at::Tensor&) { no_cuda(); }
+void reduce_cuda(ReduceKind, const ReduceParams&, const at::Tensor&, int64_t, int64_t, int64_t, at::Tensor&,
+                 at::Tensor*) {
+  no_cuda();
+}
+void foreach_norm_cuda(at::TensorList, double, std::vector<at::Tensor>&) { no_cuda(); }
 void ladder_cuda(int, const at::Tensor&, at::Tensor&) { no_cuda(); }
 void read_probe_cuda(const at::Tensor&, at::Tensor&) { no_cuda(); }
 void norm_forward_cuda(NormForwardTensors&, bool, const NormArgs&) { no_cuda(); }

@@ -28,11 +28,16 @@ int64_t wrap_dim(int64_t dim, int64_t ndim);
 DType to_dtype(at::ScalarType type, const char* op);
 
 // Reduces the dense (outer, len, inner) view `input` over len into the dense
-// `out` (outer * inner elements of the op's output type).
-void reduce_cpu(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t len, int64_t inner,
-                at::Tensor& out);
-void reduce_cuda(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t len, int64_t inner,
-                 at::Tensor& out);
+// `out` (outer * inner elements of the op's output type) and, for the kinds
+// with two results, `second` (the mean of var_mean, the max of aminmax).
+void reduce_cpu(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
+                int64_t inner, at::Tensor& out, at::Tensor* second = nullptr);
+void reduce_cuda(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
+                 int64_t inner, at::Tensor& out, at::Tensor* second = nullptr);
+
+// The norm of each of `tensors` (CUDA, contiguous, float/half types) into
+// the 0-dim `norms` (one per tensor, of its dtype), in one pass over all.
+void foreach_norm_cuda(at::TensorList tensors, double ord, std::vector<at::Tensor>& norms);
 
 // A row-wise normalisation over contiguous (rows, n) data. causal > 0: the
 // GPT-2 softmax over (..., T, T) scores with T = causal. scalar: eps for

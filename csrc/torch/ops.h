@@ -26,6 +26,24 @@ at::Tensor prod_backward(const at::Tensor& grad, const at::Tensor& self, const a
 at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
 
+at::Tensor var(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
+               bool keepdim);
+at::Tensor stddev(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
+                  bool keepdim);
+std::tuple<at::Tensor, at::Tensor> var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                             const std::optional<at::Scalar>& correction, bool keepdim);
+std::tuple<at::Tensor, at::Tensor> stddev_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                               const std::optional<at::Scalar>& correction, bool keepdim);
+at::Tensor logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
+at::Tensor norm(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype);
+at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim);
+at::Tensor argmin(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim);
+std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim);
+at::Tensor any(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim);
+at::Tensor all(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim);
+std::vector<at::Tensor> foreach_norm(at::TensorList tensors, const at::Scalar& ord);
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                           const std::optional<at::Tensor>& weight,
                                                           const std::optional<at::Tensor>& bias, double eps);

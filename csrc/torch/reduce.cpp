@@ -8,11 +8,10 @@
 
 #include "common.h"
 #include "ops.h"
+#include "reduction.h"
 
 namespace fastreduce {
 namespace {
-
-constexpr size_t kMaxDims = 64;
 
 // A dense view of the input, reduced over `len`, whose output buffer holds
 // the kept dims in `kept_order` (logical dim indices, memory order).
@@ -71,8 +70,9 @@ Layout make_layout(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
   return layout;
 }
 
-std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<kMaxDims>& reduced,
-                                  bool keepdim) {
+}  // namespace
+
+std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<kMaxDims>& reduced, bool keepdim) {
   std::vector<int64_t> shape;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (!reduced[d]) shape.push_back(x.size(d));
@@ -81,18 +81,6 @@ std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<kMaxDim
   return shape;
 }
 
-// Identity-valued output for a reduction over zero elements.
-at::Scalar empty_value(ReduceKind kind) {
-  switch (kind) {
-    case ReduceKind::Prod: return 1;
-    case ReduceKind::Mean: return std::numeric_limits<double>::quiet_NaN();
-    default: return 0;
-  }
-}
-
-bool is_wide_integer_result(ReduceKind kind) { return kind == ReduceKind::Sum || kind == ReduceKind::Prod; }
-
-// The dims a reduction folds: those in `dim`, or all when it is None or empty.
 std::bitset<kMaxDims> reduced_dims(int64_t ndim, at::OptionalIntArrayRef dim) {
   std::bitset<kMaxDims> reduced;
   if (dim.has_value() && !dim->empty()) {
@@ -107,43 +95,70 @@ std::bitset<kMaxDims> reduced_dims(int64_t ndim, at::OptionalIntArrayRef dim) {
   return reduced;
 }
 
-// x is already cast to the compute dtype; out_dtype is what the user gets.
-at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::OptionalIntArrayRef dim,
-                  bool keepdim, at::ScalarType out_dtype) {
-  to_dtype(x.scalar_type(), op);
-  const std::bitset<kMaxDims> reduced = reduced_dims(x.dim(), dim);
+void check_nonempty_reduction(const char* op, const at::Tensor& x, const std::bitset<kMaxDims>& reduced,
+                              bool dim_given) {
+  TORCH_CHECK(x.numel() != 0 || dim_given, op,
+              "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+              "reduction dim with the 'dim' argument.");
+  for (int64_t d = 0; d < x.dim(); ++d)
+    TORCH_CHECK_INDEX(!reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", to_text(d),
+                      " to have non-zero size.");
+}
+
+std::pair<at::Tensor, at::Tensor> run_reduction(ReduceKind kind, const ReduceParams& params, const at::Tensor& x,
+                                                const std::bitset<kMaxDims>& reduced, bool keepdim,
+                                                at::ScalarType out_dtype, bool two_outputs) {
   const auto shape = output_shape(x, reduced, keepdim);
-
-  if (kind == ReduceKind::Max || kind == ReduceKind::Min) {
-    TORCH_CHECK(x.numel() != 0 || (dim.has_value() && !dim->empty()), op,
-                "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
-                "reduction dim with the 'dim' argument.");
-    for (int64_t d = 0; d < x.dim(); ++d)
-      TORCH_CHECK_INDEX(!reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", to_text(d),
-                        " to have non-zero size.");
-  }
-
-  const bool widen = is_wide_integer_result(kind) && at::isIntegralType(x.scalar_type(), true);
-  const auto kernel_dtype = widen ? at::kLong : x.scalar_type();
-  const auto options = x.options().dtype(kernel_dtype);
-  if (x.numel() == 0) return at::full(shape, empty_value(kind), options).to(out_dtype);
-
   Layout layout = make_layout(x, reduced);
   // The buffer holds the kept dims in memory order: when that is their
   // logical order (a contiguous input), it is the output itself.
   const bool in_order = std::is_sorted(layout.kept_order.begin(), layout.kept_order.end());
   std::vector<int64_t> buffer_shape;
   for (int64_t d : layout.kept_order) buffer_shape.push_back(x.size(d));
+  const auto options = x.options().dtype(out_dtype);
   at::Tensor out = at::empty(in_order ? shape : buffer_shape, options);
-  if (x.is_cuda()) reduce_cuda(kind, layout.dense, layout.outer, layout.len, layout.inner, out);
-  else reduce_cpu(kind, layout.dense, layout.outer, layout.len, layout.inner, out);
-  if (in_order) return kernel_dtype == out_dtype ? out : out.to(out_dtype);
+  at::Tensor second = two_outputs ? at::empty_like(out) : at::Tensor();
+  if (x.is_cuda()) reduce_cuda(kind, params, layout.dense, layout.outer, layout.len, layout.inner, out, &second);
+  else reduce_cpu(kind, params, layout.dense, layout.outer, layout.len, layout.inner, out, &second);
+  if (in_order) return {out, second};
 
   std::vector<int64_t> to_logical(layout.kept_order.size());
   std::iota(to_logical.begin(), to_logical.end(), 0);
   std::sort(to_logical.begin(), to_logical.end(),
             [&](int64_t a, int64_t b) { return layout.kept_order[a] < layout.kept_order[b]; });
-  out = out.permute(to_logical).contiguous().view(shape);
+  auto logical = [&](const at::Tensor& t) {
+    return t.defined() ? t.permute(to_logical).contiguous().view(shape) : t;
+  };
+  return {logical(out), logical(second)};
+}
+
+namespace {
+
+// Identity-valued output for a reduction over zero elements.
+at::Scalar empty_value(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::Prod: return 1;
+    case ReduceKind::Mean: return std::numeric_limits<double>::quiet_NaN();
+    default: return 0;
+  }
+}
+
+bool is_wide_integer_result(ReduceKind kind) { return kind == ReduceKind::Sum || kind == ReduceKind::Prod; }
+
+// x is already cast to the compute dtype; out_dtype is what the user gets.
+at::Tensor reduce(ReduceKind kind, const char* op, const at::Tensor& x, at::OptionalIntArrayRef dim,
+                  bool keepdim, at::ScalarType out_dtype) {
+  to_dtype(x.scalar_type(), op);
+  const std::bitset<kMaxDims> reduced = reduced_dims(x.dim(), dim);
+  if (kind == ReduceKind::Max || kind == ReduceKind::Min)
+    check_nonempty_reduction(op, x, reduced, dim.has_value() && !dim->empty());
+
+  const bool widen = is_wide_integer_result(kind) && at::isIntegralType(x.scalar_type(), true);
+  const auto kernel_dtype = widen ? at::kLong : x.scalar_type();
+  if (x.numel() == 0)
+    return at::full(output_shape(x, reduced, keepdim), empty_value(kind), x.options().dtype(kernel_dtype))
+        .to(out_dtype);
+  const at::Tensor out = run_reduction(kind, {}, x, reduced, keepdim, kernel_dtype).first;
   return kernel_dtype == out_dtype ? out : out.to(out_dtype);
 }
 

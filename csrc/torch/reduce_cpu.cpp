@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "common.h"
+#include "../kernels/selection_ops.h"
+#include "../kernels/statistic_ops.h"
 #include "cpu_vec.h"
 
 namespace fastreduce {
@@ -34,21 +36,40 @@ Acc fold_integers(const Acc* x, int64_t n) {
   return cpu::combine_all<Op>(x + i, n - i, cpu::combine_all<Op>(lanes.data(), 32));
 }
 
-// Folds n contiguous inputs block by block (error grows with the block
-// count, not n). Floating types fold straight from the input (half types
-// widened in registers); integers are widened into a buffer first.
+template <typename Op>
+constexpr bool kVectorized = false;
+template <typename A>
+constexpr bool kVectorized<SumOp<A>> = true;
+template <typename A>
+constexpr bool kVectorized<MeanOp<A>> = true;
+template <typename A>
+constexpr bool kVectorized<ProdOp<A>> = true;
+template <typename A>
+constexpr bool kVectorized<MaxOp<A>> = true;
+template <typename A>
+constexpr bool kVectorized<MinOp<A>> = true;
+
+// Folds x[0, n), whose first element has index first_index. Ops with a
+// vector form fold block by block (error grows with the block count, not n):
+// floating types straight from the input (half types widened in
+// registers), integers widened into a buffer first. The rest fold one
+// element at a time.
 template <typename Op, typename In>
-typename Op::acc_t fold_contiguous(const In* x, int64_t n) {
+typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t first_index) {
   using Acc = typename Op::acc_t;
-  thread_local std::vector<Acc> buffer;
   Acc acc = Op::identity();
-  for (int64_t start = 0; start < n; start += kBlock) {
-    const int64_t count = std::min(kBlock, n - start);
-    if constexpr (std::is_floating_point_v<Acc>) {
-      acc = Op::combine(acc, cpu::fold_vectors<Op>(x + start, count));
-    } else {
-      acc = Op::combine(acc, fold_integers<Op>(cpu::widen<In, Acc>(x + start, count, buffer), count));
+  if constexpr (kVectorized<Op>) {
+    thread_local std::vector<Acc> buffer;
+    for (int64_t start = 0; start < n; start += kBlock) {
+      const int64_t count = std::min(kBlock, n - start);
+      if constexpr (std::is_floating_point_v<Acc>) {
+        acc = Op::combine(acc, cpu::fold_vectors<Op>(x + start, count));
+      } else {
+        acc = Op::combine(acc, fold_integers<Op>(cpu::widen<In, Acc>(x + start, count, buffer), count));
+      }
     }
+  } else {
+    for (int64_t i = 0; i < n; ++i) acc = op.fold(acc, x[i], first_index + i);
   }
   return acc;
 }
@@ -56,14 +77,14 @@ typename Op::acc_t fold_contiguous(const In* x, int64_t n) {
 // Rows [r0, r1) of columns [c0, c0 + width) folded into `partial`, row by
 // row: each row is contiguous, so the loads stream and the vectors stay full.
 template <typename Op, typename In>
-void fold_rows_into(const In* x, int64_t r0, int64_t r1, int64_t inner, int64_t c0, int64_t width,
+void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t inner, int64_t c0, int64_t width,
                     typename Op::acc_t* partial) {
   using Acc = typename Op::acc_t;
   thread_local std::vector<Acc> row;
   std::fill(partial, partial + width, Op::identity());
   for (int64_t r = r0; r < r1; ++r) {
     const In* source = x + r * inner + c0;
-    if constexpr (std::is_floating_point_v<Acc>) {
+    if constexpr (kVectorized<Op> && std::is_floating_point_v<Acc>) {
       const Acc* values = cpu::widen(source, width, row);
       using V = Vec<Acc>;
       int64_t c = 0;
@@ -71,35 +92,28 @@ void fold_rows_into(const In* x, int64_t r0, int64_t r1, int64_t inner, int64_t 
         VecOp<Op>::combine(V::loadu(partial + c), V::loadu(values + c)).store(partial + c);
       for (; c < width; ++c) partial[c] = Op::combine(partial[c], values[c]);
     } else {
-      for (int64_t c = 0; c < width; ++c) partial[c] = Op::combine(partial[c], static_cast<Acc>(source[c]));
+      for (int64_t c = 0; c < width; ++c) partial[c] = op.fold(partial[c], source[c], r);
     }
   }
 }
 
-template <ReduceKind K, typename In>
-void reduce_typed(const In* x, int64_t outer, int64_t len, int64_t inner, void* output) {
-  using T = ReduceTypes<K, In>;
-  using Op = typename T::op_t;
-  using Acc = typename T::acc_t;
-  using Out = typename T::out_t;
-  auto* out = static_cast<Out*>(output);
-  const Acc scale = static_cast<Acc>(1.0 / static_cast<double>(len));
-  auto finish = [&](Acc acc) { return static_cast<Out>(Op::finalize(acc, scale)); };
-
+template <typename Op, typename In, typename Sink>
+void reduce_typed(const Op& op, const In* x, int64_t outer, int64_t len, int64_t inner, Sink out) {
+  using Acc = typename Op::acc_t;
   if (inner == 1 && outer == 1) {
     const int64_t chunks = (len + kFullChunk - 1) / kFullChunk;
     std::vector<Acc> partial(chunks);
     at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t start = c * kFullChunk;
-        partial[c] = fold_contiguous<Op>(x + start, std::min(kFullChunk, len - start));
+        partial[c] = fold_contiguous(op, x + start, std::min(kFullChunk, len - start), start);
       }
     });
-    out[0] = finish(cpu::combine_all<Op>(partial.data(), chunks));
+    op.store(out, 0, cpu::combine_all<Op>(partial.data(), chunks));
   } else if (inner == 1) {
     at::parallel_for(0, outer, std::max<int64_t>(1, kFullChunk / std::max<int64_t>(len, 1)),
                      [&](int64_t begin, int64_t end) {
-                       for (int64_t o = begin; o < end; ++o) out[o] = finish(fold_contiguous<Op>(x + o * len, len));
+                       for (int64_t o = begin; o < end; ++o) op.store(out, o, fold_contiguous(op, x + o * len, len, 0));
                      });
   } else {
     // Columns: the rows are cut into at most kColumnPartials fixed runs and
@@ -113,8 +127,8 @@ void reduce_typed(const In* x, int64_t outer, int64_t len, int64_t inner, void* 
       for (int64_t task = begin; task < end; ++task) {
         const int64_t strip = task % strips, p = task / strips % runs, o = task / strips / runs;
         const int64_t c0 = strip * kStrip, r0 = p * run;
-        fold_rows_into<Op>(x + o * len * inner, r0, std::min(len, r0 + run), inner, c0,
-                           std::min(kStrip, inner - c0), partials.data() + (o * runs + p) * inner + c0);
+        fold_rows_into(op, x + o * len * inner, r0, std::min(len, r0 + run), inner, c0,
+                       std::min(kStrip, inner - c0), partials.data() + (o * runs + p) * inner + c0);
       }
     });
     at::parallel_for(0, outer * inner, 1024, [&](int64_t begin, int64_t end) {
@@ -122,22 +136,42 @@ void reduce_typed(const In* x, int64_t outer, int64_t len, int64_t inner, void* 
         const int64_t o = i / inner, c = i % inner;
         Acc acc = Op::identity();
         for (int64_t p = 0; p < runs; ++p) acc = Op::combine(acc, partials[(o * runs + p) * inner + c]);
-        out[i] = finish(acc);
+        op.store(out, i, acc);
       }
     });
   }
 }
 
+template <typename Sink>
+Sink make_sink(at::Tensor& out, at::Tensor* second) {
+  if constexpr (std::is_pointer_v<Sink>) {
+    return static_cast<Sink>(out.data_ptr());
+  } else {
+    using First = std::remove_pointer_t<decltype(Sink::first)>;
+    using Second = std::remove_pointer_t<decltype(Sink::second)>;
+    return {static_cast<First*>(out.data_ptr()),
+            second && second->defined() ? static_cast<Second*>(second->data_ptr()) : nullptr};
+  }
+}
+
 }  // namespace
 
-void reduce_cpu(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t len, int64_t inner,
-                at::Tensor& out) {
+void reduce_cpu(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
+                int64_t inner, at::Tensor& out, at::Tensor* second) {
   const DType dtype = to_dtype(input.scalar_type(), "reduce");
-  visit_reduction<c10::Half, c10::BFloat16>(kind, dtype, false, [&](auto k, auto tag) {
-    using In = typename decltype(tag)::type;
-    reduce_typed<decltype(k)::value, In>(input.const_data_ptr<In>(), outer, len, inner, out.data_ptr());
+  auto run = [&](auto op, auto in, auto sink) {
+    using In = typename decltype(in)::type;
+    reduce_typed(op, input.const_data_ptr<In>(), outer, len, inner,
+                 make_sink<typename decltype(sink)::type>(out, second));
     return true;
+  };
+  bool done = visit_reduction<c10::Half, c10::BFloat16>(kind, dtype, false, [&](auto k, auto tag) {
+    using Types = ReduceTypes<decltype(k)::value, typename decltype(tag)::type>;
+    return run(Types::op_t::make(params, len), tag, TypeTag<typename Types::out_t*>{});
   });
+  if (!done) done = visit_statistic<c10::Half, c10::BFloat16>(kind, dtype, params, len, false, run);
+  if (!done) done = visit_selection<c10::Half, c10::BFloat16>(kind, dtype, false, run);
+  TORCH_CHECK(done, "fastreduce: no CPU kernel for this reduction and dtype ", to_text(input.scalar_type()));
 }
 
 }  // namespace fastreduce

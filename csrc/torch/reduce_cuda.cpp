@@ -18,11 +18,11 @@ int sm_count() {
   return count;
 }
 
-void reduce_cuda(ReduceKind kind, const at::Tensor& input, int64_t outer, int64_t len, int64_t inner,
-                 at::Tensor& out) {
+void reduce_cuda(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
+                 int64_t inner, at::Tensor& out, at::Tensor* second) {
   const c10::cuda::CUDAGuard guard(input.device());
-  const ReduceProblem problem{kind, to_dtype(input.scalar_type(), "reduce"), input.const_data_ptr(), outer,
-                              len, inner};
+  const ReduceProblem problem{kind,  to_dtype(input.scalar_type(), "reduce"), input.const_data_ptr(), outer, len,
+                              inner, params, second && second->defined() ? second->data_ptr() : nullptr};
   const int sms = sm_count();
   const size_t bytes = reduce_workspace_bytes(problem, sms);
   at::Tensor scratch = workspace(input, bytes);

@@ -12,6 +12,18 @@ TORCH_LIBRARY(fastreduce, m) {
   m.def("prod_backward(Tensor grad, Tensor self, Tensor result, int[1]? dim=None, bool keepdim=False) -> Tensor");
   m.def("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
   m.def("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor");
+  m.def("var(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor");
+  m.def("std(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor");
+  m.def("var_mean(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)");
+  m.def("std_mean(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)");
+  m.def("logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor");
+  m.def("norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
+  m.def("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor");
+  m.def("argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor");
+  m.def("aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)");
+  m.def("any(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor");
+  m.def("all(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor");
+  m.def("foreach_norm(Tensor[] tensors, Scalar ord=2) -> Tensor[]");
   m.def(
       "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) "
       "-> (Tensor, Tensor, Tensor)");
@@ -49,6 +61,18 @@ TORCH_LIBRARY(fastreduce, m) {
   m.impl("prod_backward", &backend::prod_backward);                          \
   m.impl("amax", &backend::amax);                                            \
   m.impl("amin", &backend::amin);                                            \
+  m.impl("var", &backend::var);                                              \
+  m.impl("std", &backend::stddev);                                           \
+  m.impl("var_mean", &backend::var_mean);                                    \
+  m.impl("std_mean", &backend::stddev_mean);                                 \
+  m.impl("logsumexp", &backend::logsumexp);                                  \
+  m.impl("norm", &backend::norm);                                            \
+  m.impl("argmax", &backend::argmax);                                        \
+  m.impl("argmin", &backend::argmin);                                        \
+  m.impl("aminmax", &backend::aminmax);                                      \
+  m.impl("any", &backend::any);                                              \
+  m.impl("all", &backend::all);                                              \
+  m.impl("foreach_norm", &backend::foreach_norm);                            \
   m.impl("layer_norm", &backend::layer_norm);                                \
   m.impl("layer_norm_backward", &backend::layer_norm_backward);              \
   m.impl("rms_norm", &backend::rms_norm);                                    \

@@ -1,0 +1,110 @@
+// The ops of argmax/argmin (value and index), aminmax (both extremes) and
+// any/all, on the contract of reduce_op.h. Torch-free and CUDA-free.
+#pragma once
+
+#include "reduce_op.h"
+
+namespace fastreduce {
+
+template <typename V>
+struct ValueIndex {
+  V value;
+  int64_t index;
+};
+
+// torch's argmax/argmin: a NaN wins over every number, and among equal
+// values (or NaNs) the first index wins, so any combine order gives it.
+template <typename V, bool kMax>
+struct ArgExtremumOp {
+  using acc_t = ValueIndex<V>;
+  FR_HOST_DEVICE static acc_t identity() {
+    return {kMax ? MaxOp<V>::identity() : MinOp<V>::identity(), std::numeric_limits<int64_t>::max()};
+  }
+  FR_HOST_DEVICE static acc_t combine(acc_t a, acc_t b) {
+    const bool a_nan = a.value != a.value, b_nan = b.value != b.value;
+    if (a_nan || b_nan) {
+      if (a_nan != b_nan) return a_nan ? a : b;
+    } else if (a.value != b.value) {
+      return (kMax ? a.value > b.value : a.value < b.value) ? a : b;
+    }
+    return a.index <= b.index ? a : b;
+  }
+  template <typename In>
+  FR_HOST_DEVICE acc_t fold(acc_t acc, In x, int64_t index) const {
+    return combine(acc, {widen_to<V>(x), index});
+  }
+  FR_HOST_DEVICE void store(int64_t* out, int64_t i, acc_t acc) const { out[i] = acc.index; }
+  static ArgExtremumOp make(const ReduceParams&, int64_t) { return {}; }
+};
+
+template <typename V>
+struct MinAndMax {
+  V min, max;
+};
+
+// aminmax: amin and amax in one read, NaN propagating into both.
+template <typename V>
+struct MinMaxOp {
+  using acc_t = MinAndMax<V>;
+  FR_HOST_DEVICE static acc_t identity() { return {MinOp<V>::identity(), MaxOp<V>::identity()}; }
+  FR_HOST_DEVICE static acc_t combine(acc_t a, acc_t b) {
+    return {MinOp<V>::combine(a.min, b.min), MaxOp<V>::combine(a.max, b.max)};
+  }
+  template <typename In>
+  FR_HOST_DEVICE acc_t fold(acc_t acc, In x, int64_t) const {
+    const V value = widen_to<V>(x);
+    return combine(acc, {value, value});
+  }
+  template <typename Out>
+  FR_HOST_DEVICE void store(PairSink<Out> out, int64_t i, acc_t acc) const {
+    out.first[i] = static_cast<Out>(acc.min);
+    out.second[i] = static_cast<Out>(acc.max);
+  }
+  static MinMaxOp make(const ReduceParams&, int64_t) { return {}; }
+};
+
+// any/all: whether some (every) element is non-zero; NaN counts as non-zero.
+template <bool kAll>
+struct LogicalOp : ElementwiseOp<LogicalOp<kAll>, int> {
+  FR_HOST_DEVICE static int identity() { return kAll ? 1 : 0; }
+  FR_HOST_DEVICE static int combine(int a, int b) { return kAll ? a & b : a | b; }
+  template <typename In>
+  FR_HOST_DEVICE int fold(int acc, In x, int64_t) const {
+    using W = std::conditional_t<std::is_arithmetic_v<In>, In, float>;
+    return combine(acc, widen_to<W>(x) != W(0));
+  }
+};
+
+// The comparison type of a selection: half types compare as float, narrow
+// integers as int (the warp shuffle's smallest), the rest as they are.
+template <typename In>
+using SelectValue = std::conditional_t<!std::is_arithmetic_v<In>, float,
+                                       std::conditional_t<(sizeof(In) < 4), int, In>>;
+
+// Calls f(op, TypeTag<In>{}, TypeTag<Sink>{}) for argmax/argmin (not bool),
+// aminmax or any/all (output bool, or uint8 for a uint8 input as torch);
+// other kinds give `refused`.
+template <typename Half, typename BFloat16, typename R, typename F>
+R visit_selection(ReduceKind kind, DType dtype, R refused, F&& f) {
+  return visit_dtype<Half, BFloat16>(dtype, [&](auto tag) -> R {
+    using In = typename decltype(tag)::type;
+    using V = SelectValue<In>;
+    using Logical = std::conditional_t<std::is_same_v<In, uint8_t>, uint8_t, bool>;
+    switch (kind) {
+      case ReduceKind::ArgMax:
+      case ReduceKind::ArgMin:
+        if constexpr (std::is_same_v<In, bool>) {
+          return refused;
+        } else {
+          if (kind == ReduceKind::ArgMax) return f(ArgExtremumOp<V, true>{}, tag, TypeTag<int64_t*>{});
+          return f(ArgExtremumOp<V, false>{}, tag, TypeTag<int64_t*>{});
+        }
+      case ReduceKind::MinMax: return f(MinMaxOp<V>{}, tag, TypeTag<PairSink<In>>{});
+      case ReduceKind::Any: return f(LogicalOp<false>{}, tag, TypeTag<Logical*>{});
+      case ReduceKind::All: return f(LogicalOp<true>{}, tag, TypeTag<Logical*>{});
+      default: return refused;
+    }
+  });
+}
+
+}  // namespace fastreduce

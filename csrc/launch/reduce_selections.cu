@@ -1,0 +1,30 @@
+// The reductions of argmax/argmin, aminmax and any/all.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../kernels/selection_ops.h"
+#include "reduce_families.h"
+#include "reduce_plan.cuh"
+
+namespace fastreduce {
+namespace {
+
+struct Visit {
+  template <typename F>
+  cudaError_t operator()(const ReduceProblem& p, F&& f) const {
+    return visit_selection<__half, __nv_bfloat16>(p.kind, p.dtype, cudaErrorInvalidValue, f);
+  }
+};
+
+}  // namespace
+
+size_t selection_workspace_bytes(const ReduceProblem& problem, int sm_count) {
+  return reduce_plan::family_workspace_bytes(problem, sm_count, Visit{});
+}
+
+cudaError_t reduce_selection(const ReduceProblem& problem, void* output, void* workspace, int sm_count,
+                             cudaStream_t stream) {
+  return reduce_plan::family_reduce(problem, output, workspace, sm_count, stream, Visit{});
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,58 @@
+// Helpers shared by the C++ autograd of every op (autograd.cpp,
+// autograd_statistics.cpp).
+#pragma once
+
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common.h"
+
+namespace fastreduce {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+inline bool wants_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
+inline bool wants_grad(const std::optional<at::Tensor>& t) { return t.has_value() && wants_grad(*t); }
+
+template <typename... Tensors>
+inline bool any_wants_grad(const Tensors&... tensors) {
+  return at::GradMode::is_enabled() && (wants_grad(tensors) || ...);
+}
+
+inline at::Tensor or_undefined(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
+inline std::optional<at::Tensor> or_none(const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; }
+
+// Reductions save their reduced dims (sorted) and keepdim; a backward
+// broadcasts the output gradient back over them.
+
+inline std::vector<int64_t> reduced_dim_list(int64_t ndim, at::OptionalIntArrayRef dim) {
+  std::vector<int64_t> dims;
+  if (dim.has_value() && !dim->empty()) {
+    for (int64_t d : *dim) dims.push_back(wrap_dim(d, ndim));
+  } else {
+    for (int64_t d = 0; d < ndim; ++d) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+inline void save_dims(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  ctx->saved_data["dims"] = reduced_dim_list(self.dim(), dim);
+  ctx->saved_data["keepdim"] = keepdim;
+}
+
+// The output gradient with the reduced dims back as size 1.
+inline at::Tensor unsqueeze_reduced(AutogradContext* ctx, at::Tensor grad) {
+  if (ctx->saved_data["keepdim"].toBool()) return grad;
+  for (int64_t d : ctx->saved_data["dims"].toIntVector()) grad = grad.unsqueeze(d);
+  return grad;
+}
+
+// Autograd of var/std/var_mean/std_mean, logsumexp, norm and aminmax
+// (autograd_statistics.cpp), added by register_autograd.
+void register_statistics_autograd(torch::Library& m);
+
+}  // namespace fastreduce

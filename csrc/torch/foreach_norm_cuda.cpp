@@ -1,0 +1,31 @@
+#include "../kernels/foreach_norm_kernels.cuh"
+#include "../launch/foreach_norm.h"
+#include "common.h"
+#include "cuda_utils.h"
+
+namespace fastreduce {
+
+void foreach_norm_cuda(at::TensorList tensors, double ord, std::vector<at::Tensor>& norms) {
+  const c10::cuda::CUDAGuard guard(tensors[0].device());
+  for (size_t begin = 0; begin < tensors.size(); begin += kForeachTensors) {
+    ForeachTable table{};
+    table.count = static_cast<int>(std::min<size_t>(kForeachTensors, tensors.size() - begin));
+    int64_t chunks = 0;
+    for (int t = 0; t < table.count; ++t) {
+      const at::Tensor& x = tensors[begin + t];
+      table.inputs[t] = x.const_data_ptr();
+      table.outputs[t] = norms[begin + t].data_ptr();
+      table.numel[t] = x.numel();
+      table.dtype[t] = to_dtype(x.scalar_type(), "foreach_norm");
+      table.first_chunk[t] = static_cast<int32_t>(chunks);
+      chunks += (x.numel() + kForeachChunk - 1) / kForeachChunk;
+    }
+    TORCH_CHECK(chunks < (int64_t(1) << 31), "foreach_norm: tensors too large for one table");
+    table.first_chunk[table.count] = static_cast<int32_t>(chunks);
+    at::Tensor scratch = workspace(tensors[0], foreach_norm_workspace_bytes(static_cast<int32_t>(chunks)));
+    check_cuda(foreach_norm(table, ord, scratch.defined() ? scratch.data_ptr() : nullptr, current_stream()),
+               "foreach_norm");
+  }
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,144 @@
+// torch semantics of var/std (and with the mean), logsumexp and the vector
+// norm: dtypes, corrections, orders, empty inputs.
+#include <ATen/Dispatch.h>
+
+#include <cmath>
+#include <map>
+
+#include "ops.h"
+#include "reduction.h"
+
+namespace fastreduce {
+namespace {
+
+int64_t reduced_count(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
+  int64_t count = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (reduced[d]) count *= x.size(d);
+  return count;
+}
+
+// var/std/var_mean/std_mean: one Welford pass; the second output, when
+// wanted, is the mean.
+std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                          const std::optional<at::Scalar>& correction, bool keepdim, bool root,
+                                          bool with_mean) {
+  to_dtype(self.scalar_type(), op);
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), op,
+              ": std and var only support floating point and complex dtypes, got ", to_text(self.scalar_type()));
+  const auto reduced = reduced_dims(self.dim(), dim);
+  if (self.numel() == 0) {
+    const auto nan = at::full(output_shape(self, reduced, keepdim), std::nan(""), self.options());
+    return {nan, with_mean ? nan.clone() : at::Tensor()};
+  }
+  ReduceParams params;
+  params.correction = correction.has_value() ? correction->toDouble() : 1.0;
+  params.root = root;
+  return run_reduction(ReduceKind::Var, params, self, reduced, keepdim, self.scalar_type(), with_mean);
+}
+
+}  // namespace
+
+at::Tensor backend::var(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                        const std::optional<at::Scalar>& correction, bool keepdim) {
+  return moments("var", self, dim, correction, keepdim, false, false).first;
+}
+
+at::Tensor backend::stddev(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                           const std::optional<at::Scalar>& correction, bool keepdim) {
+  return moments("std", self, dim, correction, keepdim, true, false).first;
+}
+
+std::tuple<at::Tensor, at::Tensor> backend::var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                                     const std::optional<at::Scalar>& correction, bool keepdim) {
+  auto [var, mean] = moments("var_mean", self, dim, correction, keepdim, false, true);
+  return {var, mean};
+}
+
+std::tuple<at::Tensor, at::Tensor> backend::stddev_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                                        const std::optional<at::Scalar>& correction, bool keepdim) {
+  auto [std, mean] = moments("std_mean", self, dim, correction, keepdim, true, true);
+  return {std, mean};
+}
+
+// Integer inputs compute in the default float dtype, as torch.logsumexp does.
+at::Tensor backend::logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  to_dtype(self.scalar_type(), "logsumexp");
+  const at::Tensor x = at::isFloatingType(self.scalar_type()) ? self : self.to(at::get_default_dtype_as_scalartype());
+  const auto reduced = reduced_dims(x.dim(), dim);
+  if (x.numel() == 0)
+    return at::full(output_shape(x, reduced, keepdim), -std::numeric_limits<double>::infinity(), x.options());
+  return run_reduction(ReduceKind::LogSumExp, {}, x, reduced, keepdim, x.scalar_type()).first;
+}
+
+// torch.linalg.vector_norm: floating input (or a floating dtype, to which
+// the input is cast first).
+at::Tensor backend::norm(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                         std::optional<at::ScalarType> dtype) {
+  const char* op = "norm";
+  to_dtype(self.scalar_type(), op);
+  const auto compute = dtype.value_or(self.scalar_type());
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), op,
+              ": Expected a floating point tensor as argument 'self', got ", to_text(self.scalar_type()));
+  TORCH_CHECK(at::isFloatingType(compute), op, ": argument 'dtype' must be a floating dtype, got ",
+              to_text(compute));
+  TORCH_CHECK(!ord.isComplex(), op, ": argument 'ord' must be real");
+  const at::Tensor x = self.to(compute);
+  const double p = ord.toDouble();
+  const auto reduced = reduced_dims(x.dim(), dim);
+  if (reduced_count(x, reduced) == 0) {
+    TORCH_CHECK(p >= 0 && !std::isinf(p), op, ": cannot compute the ", std::to_string(p),
+                " norm on an empty tensor because the operation does not have an identity");
+    return at::zeros(output_shape(x, reduced, keepdim), x.options());
+  }
+  if (x.numel() == 0) return at::empty(output_shape(x, reduced, keepdim), x.options());
+  ReduceParams params;
+  params.ord = p;
+  return run_reduction(ReduceKind::Norm, params, x, reduced, keepdim, compute).first;
+}
+
+}  // namespace fastreduce
+
+namespace fastreduce {
+
+// Float, float16 and bfloat16 CUDA tensors go through one multi-tensor pass
+// (outputs: views of one buffer per dtype); the rest take one norm each.
+std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::Scalar& ord) {
+  const char* op = "foreach_norm";
+  TORCH_CHECK(!ord.isComplex(), op, ": argument 'ord' must be real");
+  const double p = ord.toDouble();
+  std::vector<at::Tensor> norms(tensors.size());
+  std::vector<at::Tensor> batched, batched_norms;
+  std::vector<size_t> where;
+  std::map<at::ScalarType, int64_t> per_dtype;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": argument 'tensors' must hold floating tensors, got ",
+                to_text(t.scalar_type()), " at index ", to_text(static_cast<int64_t>(i)));
+    TORCH_CHECK(t.numel() != 0 || (p >= 0 && !std::isinf(p)), op, ": cannot compute the ", std::to_string(p),
+                " norm of the empty tensor at index ", to_text(static_cast<int64_t>(i)));
+    if (t.is_cuda() && t.scalar_type() != at::kDouble) {
+      batched.push_back(t.contiguous());
+      where.push_back(i);
+      per_dtype[t.scalar_type()] += 1;
+    } else {
+      norms[i] = norm(t, ord, std::nullopt, false, std::nullopt);
+    }
+  }
+  if (batched.empty()) return norms;
+  std::map<at::ScalarType, at::Tensor> buffers;
+  std::map<at::ScalarType, int64_t> used;
+  for (const auto& [dtype, count] : per_dtype) buffers[dtype] = at::empty({count}, batched[0].options().dtype(dtype));
+  for (size_t k = 0; k < batched.size(); ++k) {
+    const auto dtype = batched[k].scalar_type();
+    TORCH_CHECK(batched[k].device() == batched[0].device(), op,
+                ": argument 'tensors' must be on one device, got ", to_text(batched[0].device()), " and ",
+                to_text(batched[k].device()));
+    batched_norms.push_back(buffers[dtype].select(0, used[dtype]++));
+    norms[where[k]] = batched_norms.back();
+  }
+  foreach_norm_cuda(batched, p, batched_norms);
+  return norms;
+}
+
+}  // namespace fastreduce
