@@ -7,12 +7,14 @@
 
 namespace fastreduce {
 
-// (count, mean, M2) of a run of elements. Two runs merge exactly (Chan et
-// al.), so partials combine in any fixed grouping, and no sum of squares
-// cancels against a large mean.
+// (count, mean, M2) of a run of elements, the mean kept relative to the
+// run's first element (`shift`): the running mean of data far from zero
+// then rounds at the scale of its spread, not of its magnitude. Two runs
+// merge exactly (Chan et al.), so partials combine in any fixed grouping,
+// and no sum of squares cancels against a large mean.
 template <typename A>
 struct Moments {
-  A count, mean, m2;
+  A count, shift, mean, m2;
 };
 
 // var, std, and with a second sink the mean: var = M2 / max(len - correction, 0).
@@ -21,26 +23,30 @@ struct VarOp {
   using acc_t = Moments<A>;
   A inv_divisor;  // inf when the divisor is 0: M2 / 0 as torch computes it
   bool root;
-  FR_HOST_DEVICE static acc_t identity() { return {A(0), A(0), A(0)}; }
+  FR_HOST_DEVICE static acc_t identity() { return {A(0), A(0), A(0), A(0)}; }
   FR_HOST_DEVICE static acc_t combine(acc_t a, acc_t b) {
+    if (b.count == A(0)) return a;
+    if (a.count == A(0)) return b;
     const A count = a.count + b.count;
-    const A share = count == A(0) ? A(0) : b.count / count;
-    const A delta = b.mean - a.mean;
-    return {count, a.mean + delta * share, a.m2 + b.m2 + delta * delta * a.count * share};
+    const A share = b.count / count;
+    const A delta = (b.shift - a.shift) + (b.mean - a.mean);
+    return {count, a.shift, a.mean + delta * share, a.m2 + b.m2 + delta * delta * a.count * share};
   }
   template <typename In>
   FR_HOST_DEVICE acc_t fold(acc_t acc, In x, int64_t) const {
-    const A value = widen_to<A>(x);
+    const A raw = widen_to<A>(x);
+    const A shift = acc.count == A(0) ? raw : acc.shift;
+    const A value = raw - shift;
     const A count = acc.count + A(1);
     const A delta = value - acc.mean;
     const A mean = acc.mean + delta / count;
-    return {count, mean, acc.m2 + delta * (value - mean)};
+    return {count, shift, mean, acc.m2 + delta * (value - mean)};
   }
   template <typename Out>
   FR_HOST_DEVICE void store(PairSink<Out> out, int64_t i, acc_t acc) const {
     const A var = acc.m2 * inv_divisor;  // 0 * inf: NaN, as torch's 0 / 0
     out.first[i] = static_cast<Out>(root ? std::sqrt(var) : var);
-    if (out.second) out.second[i] = static_cast<Out>(acc.mean);
+    if (out.second) out.second[i] = static_cast<Out>(acc.shift + acc.mean);
   }
   static VarOp make(const ReduceParams& params, int64_t len) {
     const double divisor = static_cast<double>(len) - params.correction;

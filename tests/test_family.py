@@ -1,0 +1,420 @@
+"""var/std/var_mean/std_mean, logsumexp, norm, argmax/argmin, aminmax, any/all,
+foreach_norm and clip_grad_norm_ against float64 references and torch."""
+
+import math
+
+import pytest
+import torch
+
+import fastreduce_torch as fr
+from conftest import DEVICES, offset_view, random_tensor, requires_cuda
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTEGERS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+# (shape, dim) cases reaching each layout: full, rows (short and long), columns, middle dims.
+CASES = [
+    ((1,), None), ((31,), None), ((2**20 + 3,), None), ((33, 1025), 1), ((7, 31), -1), ((3, 70000), 1),
+    ((1025, 33), 0), ((4100, 8), 0), ((5, 6, 7), (0, 2)), ((5, 6, 7), 1), ((64, 3, 9), (1, 2)),
+]
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def layouts(x):
+    """The input as it is, transposed (then transposed back to the same values),
+    and at an unaligned storage offset."""
+    yield x
+    if x.dim() >= 2:
+        yield x.transpose(0, 1).contiguous().transpose(0, 1)
+    yield offset_view(x, 1)
+
+
+def close(ours, reference, dtype, scale=None, theirs=None):
+    """ours (in dtype) against a float64 reference, relative to |reference| or
+    `scale`, or within twice torch's own error (`theirs`, torch's result)."""
+    scale = reference.abs() if scale is None else scale
+    error = (ours.double() - reference).abs()
+    bound = TOLERANCE[dtype] * (scale + 1e-30) + 1e-300
+    if theirs is not None:
+        bound = torch.maximum(bound, 2 * (theirs.double() - reference).abs())
+    assert ours.shape == reference.shape
+    both_nan = ours.double().isnan() & reference.isnan()
+    same_inf = ours.double() == reference.to(dtype).double()  # overflow to inf in the output dtype too
+    assert bool(((error <= bound) | both_nan | same_inf).all()), f"max error {error.max()}"
+
+
+# ---- var, std, var_mean, std_mean
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("shape,dim", CASES)
+def test_moments(device, dtype, shape, dim):
+    # A large mean: the sum-of-squares formula would cancel.
+    base = (random_tensor(shape, torch.float64, device) + 1000).to(dtype)
+    for x in layouts(base):
+        reference = x.double()
+        for correction in [None, 0, 2.5]:
+            c = 1 if correction is None else correction
+            expected_var = torch.var(reference, dim, correction=c)
+            expected_mean = torch.mean(reference, dim)
+            torch_var = torch.var(x, dim, correction=c)
+            ours = fr.var(x, dim, correction=correction)
+            assert ours.dtype == dtype
+            close(ours, expected_var, dtype, theirs=torch_var)
+            close(fr.std(x, dim, correction=correction), expected_var.sqrt(), dtype,
+                  theirs=torch.std(x, dim, correction=c))
+            spread, mean = fr.var_mean(x, dim, correction=correction, keepdim=True)
+            close(spread, torch.var(reference, dim, correction=c, keepdim=True), dtype,
+                  theirs=torch_var.reshape(spread.shape))
+            close(mean, torch.mean(reference, dim, keepdim=True), dtype)
+            spread, mean = fr.std_mean(x, dim, correction=correction)
+            close(spread, expected_var.sqrt(), dtype, theirs=torch.std(x, dim, correction=c))
+            close(mean, expected_mean, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moments_edge_cases(device):
+    empty = torch.empty(0, 3, device=device)
+    assert fr.var(empty).isnan().all() and fr.var(empty, 0).shape == (3,) and fr.var(empty, 0).isnan().all()
+    spread, mean = fr.var_mean(empty, 0)
+    assert spread.isnan().all() and mean.isnan().all()
+    one = torch.tensor([2.0], device=device)
+    assert fr.var(one).isnan() and fr.var(one, correction=0) == 0
+    two = torch.tensor([1.0, 3.0], device=device)
+    assert fr.var(two, correction=3) == torch.var(two.cpu(), correction=3).item() == math.inf
+    assert fr.var(torch.tensor([1.0, math.nan], device=device)).isnan()
+    assert fr.std(torch.tensor(3.0, device=device), correction=0) == 0
+    with pytest.raises(RuntimeError, match="floating"):
+        fr.var(torch.ones(3, dtype=torch.int32, device=device))
+    with pytest.raises(IndexError):
+        fr.var(two, 3)
+    with pytest.raises(RuntimeError, match="multiple times"):
+        fr.var(torch.ones(2, 2, device=device), (0, 0))
+
+
+# ---- logsumexp
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is not None])
+def test_logsumexp(device, dtype, shape, dim):
+    base = (4 * random_tensor(shape, torch.float64, device)).to(dtype)
+    for x in layouts(base):
+        reference = torch.logsumexp(x.double(), dim)
+        ours = fr.logsumexp(x, dim)
+        assert ours.dtype == dtype
+        close(ours, reference, dtype, scale=reference.abs() + 1)
+    close(fr.logsumexp(base, dim, keepdim=True), torch.logsumexp(base.double(), dim, keepdim=True), dtype,
+          scale=torch.logsumexp(base.double(), dim, keepdim=True).abs() + 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_logsumexp_special_values(device):
+    inf, nan = math.inf, math.nan
+    rows = torch.tensor([[-inf, -inf, -inf], [inf, 1.0, 2.0], [inf, inf, -inf], [nan, 1.0, -inf],
+                         [-inf, -inf, nan], [1e30, 1e30, -1e30]], device=device)
+    torch.testing.assert_close(fr.logsumexp(rows, 1), torch.logsumexp(rows, 1), equal_nan=True)
+    assert fr.logsumexp(torch.empty(0, device=device), 0) == -inf
+    integers = torch.arange(5, device=device)
+    torch.testing.assert_close(fr.logsumexp(integers, 0), torch.logsumexp(integers, 0))
+
+
+# ---- norm
+
+
+ORDS = [2, 1, 0, 3, 0.5, -1, math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,dim", CASES)
+def test_norm(device, dtype, shape, dim):
+    base = random_tensor(shape, dtype, device)
+    for x in layouts(base):
+        for ord in ORDS:
+            reference = torch.linalg.vector_norm(x.double(), ord, dim)
+            ours = fr.norm(x, ord, dim)
+            assert ours.dtype == dtype
+            if ord == 0:
+                # counts: exact in float64, rounded once to the output dtype
+                assert torch.equal(ours, reference.to(dtype))
+            else:
+                close(ours, reference, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_norm_dtype_overflow_and_errors(device):
+    x = random_tensor((100, 33), torch.float16, device)
+    ours = fr.norm(x, 2, 1, dtype=torch.float64)
+    assert ours.dtype == torch.float64
+    torch.testing.assert_close(ours, torch.linalg.vector_norm(x, 2, 1, dtype=torch.float64))
+    big = torch.full((1000,), 1e20, dtype=torch.bfloat16, device=device)
+    expected = torch.linalg.vector_norm(big.double())
+    assert fr.norm(big).isfinite() and abs(fr.norm(big).double() - expected) / expected < 1e-2
+    assert fr.norm(big, 3).isfinite()
+    assert fr.norm(torch.empty(0, device=device)) == 0
+    with pytest.raises(RuntimeError, match="identity"):
+        fr.norm(torch.empty(0, device=device), math.inf)
+    with pytest.raises(RuntimeError, match="floating"):
+        fr.norm(torch.ones(3, dtype=torch.int64, device=device))
+
+
+# ---- argmax, argmin, aminmax
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS)
+@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is None or isinstance(c[1], int)])
+def test_argmax_argmin(device, dtype, shape, dim):
+    # Few distinct values: many ties, where the first index must win.
+    base = random_tensor(shape, torch.int64, device, low=-3, high=3).to(dtype)
+    for x in layouts(base):
+        for keepdim in [False, True]:
+            assert torch.equal(fr.argmax(x, dim, keepdim), torch.argmax(x, dim, keepdim))
+            assert torch.equal(fr.argmin(x, dim, keepdim), torch.argmin(x, dim, keepdim))
+    transposed = base.t() if base.dim() == 2 else base
+    assert torch.equal(fr.argmax(transposed), torch.argmax(transposed))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
+@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is None or isinstance(c[1], int)])
+def test_aminmax(device, dtype, shape, dim):
+    base = random_tensor(shape, dtype, device)
+    for x in layouts(base):
+        low, high = fr.aminmax(x, dim=dim, keepdim=dim is not None)
+        expected = torch.aminmax(x, dim=dim, keepdim=dim is not None)
+        assert torch.equal(low, expected.min) and torch.equal(high, expected.max)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_selection_special_values(device):
+    nan = math.nan
+    x = torch.tensor([[1.0, nan, 3.0, nan], [2.0, 2.0, -1.0, -1.0], [-math.inf, -math.inf, 0, 0]], device=device)
+    assert torch.equal(fr.argmax(x, 1), torch.argmax(x, 1))
+    assert torch.equal(fr.argmin(x, 1), torch.argmin(x, 1))
+    assert torch.equal(fr.argmax(x), torch.argmax(x))
+    low, high = fr.aminmax(x, dim=1)
+    torch.testing.assert_close(low, torch.aminmax(x, dim=1).min, equal_nan=True)
+    torch.testing.assert_close(high, torch.aminmax(x, dim=1).max, equal_nan=True)
+    with pytest.raises(RuntimeError, match="bool"):
+        fr.argmax(torch.ones(3, dtype=torch.bool, device=device))
+    with pytest.raises(RuntimeError, match="numel"):
+        fr.argmax(torch.empty(0, device=device))
+    with pytest.raises(IndexError, match="non-zero size"):
+        fr.argmin(torch.empty(2, 0, device=device), 1)
+    assert fr.argmax(torch.empty(0, 3, device=device), 1).shape == (0,)
+    with pytest.raises((RuntimeError, IndexError), match="empty"):
+        fr.aminmax(torch.empty(0, device=device))
+
+
+# ---- any, all
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
+@pytest.mark.parametrize("shape,dim", CASES)
+def test_any_all(device, dtype, shape, dim):
+    # Mostly zeros with a sprinkle of non-zeros: rows of every outcome.
+    sparse = (torch.rand(shape, device=device) < 0.002).to(dtype)
+    dense = (torch.rand(shape, device=device) < 0.998).to(dtype)
+    for base in [sparse, dense]:
+        for x in layouts(base):
+            for keepdim in [False, True]:
+                expected_any = torch.any(x, dim, keepdim) if dim is not None else torch.any(x)
+                expected_all = torch.all(x, dim, keepdim) if dim is not None else torch.all(x)
+                if dim is None and keepdim:
+                    continue
+                assert torch.equal(fr.any(x, dim, keepdim), expected_any)
+                assert torch.equal(fr.all(x, dim, keepdim), expected_all)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_any_all_special_values(device):
+    x = torch.tensor([[0.0, -0.0], [math.nan, 0.0], [0.0, 1e-40]], device=device)
+    assert torch.equal(fr.any(x, 1), torch.any(x, 1)) and torch.equal(fr.all(x, 1), torch.all(x, 1))
+    assert fr.any(torch.empty(0, device=device)) == torch.tensor(False, device=device)
+    assert fr.all(torch.empty(0, device=device)) == torch.tensor(True, device=device)
+    u8 = torch.tensor([0, 2], dtype=torch.uint8, device=device)
+    assert fr.any(u8).dtype == torch.uint8 == torch.any(u8).dtype
+
+
+# ---- autograd, through every argument combination
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dim", [None, 1, (0, 2)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_gradients(device, dim, keepdim):
+    x = (random_tensor((3, 4, 5), torch.float64, device) + 2).requires_grad_()
+    checks = [
+        lambda t: fr.var(t, dim, keepdim=keepdim),
+        lambda t: fr.std(t, dim, correction=0, keepdim=keepdim),
+        lambda t: fr.var_mean(t, dim, correction=2, keepdim=keepdim),
+        lambda t: fr.std_mean(t, dim, keepdim=keepdim),
+        lambda t: fr.var_mean(t, dim, keepdim=keepdim)[1],
+        lambda t: fr.logsumexp(t, dim if dim is not None else (0, 1, 2), keepdim),
+    ]
+    checks += [lambda t, o=o: fr.norm(t, o, dim, keepdim) for o in [2, 1, 3, 0.5, -1, math.inf, -math.inf]]
+    if not isinstance(dim, tuple):
+        checks.append(lambda t: fr.aminmax(t, dim=dim, keepdim=keepdim))
+    for f in checks:
+        assert torch.autograd.gradcheck(f, (x,))
+    # Against torch's own formulas (std where the spread is 0, norm ties).
+    flat = torch.tensor([[1.0, 1.0, 1.0], [1.0, -3.0, 3.0]], device=device, dtype=torch.float64)
+    for ours, theirs in [(lambda t: fr.std(t, 1), lambda t: torch.std(t, 1)),
+                         (lambda t: fr.norm(t, math.inf, 1), lambda t: torch.linalg.vector_norm(t, math.inf, 1))]:
+        a, b = flat.clone().requires_grad_(), flat.clone().requires_grad_()
+        ours(a).sum().backward()
+        theirs(b).sum().backward()
+        torch.testing.assert_close(a.grad, b.grad)
+    counted = flat.clone().requires_grad_()
+    fr.norm(counted, 0, 1).sum().backward()  # a count: zero gradient (torch gives none)
+    assert torch.equal(counted.grad, torch.zeros_like(flat))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_low_precision(device, dtype):
+    x = random_tensor((16, 40), dtype, device).requires_grad_()
+    for ours, theirs in [(fr.var, torch.var), (fr.std, torch.std),
+                         (lambda t: fr.norm(t, 2, 1), lambda t: torch.linalg.vector_norm(t, 2, 1)),
+                         (lambda t: fr.logsumexp(t, 1), lambda t: torch.logsumexp(t, 1))]:
+        a, b = x.detach().clone().requires_grad_(), x.detach().clone().requires_grad_()
+        ours(a).sum().backward()
+        theirs(b).sum().backward()
+        assert a.grad.dtype == dtype
+        torch.testing.assert_close(a.grad, b.grad, rtol=2e-2, atol=2e-2)
+
+
+# ---- autocast: logsumexp in float32, norm with dtype=float32 on CUDA
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_autocast_cuda():
+    x = torch.randn(8, 64, device="cuda", dtype=torch.float16)
+    with torch.autocast("cuda", dtype=torch.float16):
+        for ours, theirs in [(lambda t: fr.logsumexp(t, 1), lambda t: torch.logsumexp(t, 1)),
+                             (lambda t: fr.norm(t, 2, 1), lambda t: torch.linalg.vector_norm(t, 2, 1)),
+                             (lambda t: fr.var(t, 1), lambda t: torch.var(t, 1)),
+                             (lambda t: fr.aminmax(t).max, lambda t: torch.aminmax(t).max)]:
+            assert ours(x).dtype == theirs(x).dtype
+
+
+# ---- foreach_norm and clip_grad_norm_
+
+
+def parameter_shapes():
+    return [(768,), (50304, 8), (31,), (1,), (3, 1025), (2**17 + 5,), (0,), (4, 4)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("ord", [2, 1, math.inf, 0, 3])
+def test_foreach_norm(device, ord):
+    tensors = [random_tensor(s, dtype, device)
+               for s in parameter_shapes() for dtype in [torch.float32, torch.bfloat16, torch.float64]]
+    if ord == math.inf:
+        tensors = [t for t in tensors if t.numel()]
+    ours = fr.foreach_norm(tensors, ord)
+    for t, n in zip(tensors, ours):
+        expected = torch.linalg.vector_norm(t.double(), ord)
+        assert n.dtype == t.dtype and n.shape == ()
+        bound = 1e-12 if t.dtype == torch.float64 else 1e-5 if t.dtype == torch.float32 else 1e-2
+        assert abs(n.double() - expected) <= bound * expected + 1e-30
+    many = [random_tensor((i % 7 + 1, 100), torch.float32, device) for i in range(300)]  # several tables
+    for t, n in zip(many, fr.foreach_norm(many)):
+        torch.testing.assert_close(n, torch.linalg.vector_norm(t))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_clip_grad_norm(device, norm_type, max_norm):
+    def model_grads():
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(33, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, 5))
+        model.to(device)
+        model(torch.randn(16, 33, device=device)).square().sum().backward()
+        return model
+
+    ours, theirs = model_grads(), model_grads()
+    total = fr.clip_grad_norm_(ours.parameters(), max_norm, norm_type)
+    expected = torch.nn.utils.clip_grad_norm_(theirs.parameters(), max_norm, norm_type)
+    torch.testing.assert_close(total, expected)
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+    bad = torch.nn.Linear(2, 2).to(device)
+    bad(torch.tensor([[math.inf, 1.0]], device=device)).sum().backward()
+    with pytest.raises(RuntimeError, match="non-finite"):
+        fr.clip_grad_norm_(bad.parameters(), 1.0, error_if_nonfinite=True)
+
+
+# ---- opcheck, torch.compile, CUDA graphs, determinism
+
+
+def op_samples(device):
+    x = random_tensor((6, 33), torch.float32, device).requires_grad_()
+    ops = torch.ops.fastreduce
+    return [
+        (ops.var.default, (x,), {"dim": [1], "correction": 0, "keepdim": True}),
+        (ops.std.default, (x, None), {}),
+        (ops.var_mean.default, (x, [0]), {}),
+        (ops.std_mean.default, (x, [1]), {"correction": 2}),
+        (ops.logsumexp.default, (x, [1]), {}),
+        (ops.norm.default, (x, 3, [1]), {}),
+        (ops.norm.default, (x,), {"dtype": torch.float64}),
+        (ops.argmax.default, (x, 1, True), {}),
+        (ops.argmin.default, (x,), {}),
+        (ops.aminmax.default, (x,), {"dim": 0}),
+        (ops.any.default, (x > 1, [1]), {}),
+        (ops.all.default, (x > -3,), {}),
+        (ops.foreach_norm.default, ([x.detach(), x.detach()[0]], 2), {}),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    for op, args, kwargs in op_samples(device):
+        torch.library.opcheck(op, args, kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
+    def f(x):
+        spread, mean = fr.var_mean(x, 1)
+        total = fr.std(x) + fr.logsumexp(x, 1).sum() + fr.norm(x, 2, 0).sum() + spread.sum() + mean.sum()
+        low, high = fr.aminmax(x, dim=1)
+        picked = fr.argmax(x, 1).float().sum() + fr.any(x > 0, 1).float().sum()
+        return total + (high - low).sum() + picked
+
+    compiled = torch.compile(f, fullgraph=True)
+    x = random_tensor((8, 40), torch.float32, device).requires_grad_()
+    y = x.detach().clone().requires_grad_()
+    torch.testing.assert_close(compiled(x), f(y))
+    compiled(x).backward()
+    f(y).backward()
+    torch.testing.assert_close(x.grad, y.grad)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_cuda_graph_capture_and_determinism():
+    x = torch.randn(4096, 1000, device="cuda") + 50
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fr.var(x, 0)  # warm up outside capture
+        fr.logsumexp(x, 1)
+        fr.foreach_norm([x, x[0]])
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        outputs = [fr.var(x, 0), fr.logsumexp(x, 1), fr.norm(x), fr.argmax(x), *fr.foreach_norm([x, x[0]])]
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = [fr.var(x, 0), fr.logsumexp(x, 1), fr.norm(x), fr.argmax(x), *fr.foreach_norm([x, x[0]])]
+    for captured, again in zip(outputs, eager):
+        assert torch.equal(captured, again)  # bitwise: fixed partitioning, no atomics
