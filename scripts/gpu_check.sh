@@ -4,14 +4,14 @@
 # $OUT (at most 8 files come back).
 #   bash scripts/gpu_check.sh [step ...]
 # Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
-# micro reduce ladder norms rows; default: all but the two sanitizer steps.
+# micro reduce family ladder norms rows; default: all but the two sanitizer steps.
 # The README and results.tgz are refreshed after any benchmark step.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-steps=" ${*:-build tests cpp host gpt2 llama micro reduce ladder norms rows} "
+steps=" ${*:-build tests cpp host gpt2 llama micro reduce family ladder norms rows} "
 want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -35,9 +35,11 @@ want cpp && MAX_JOBS=16 make cpp-test PYTHON=python3 2>&1 | grep -v "^\[\|^--\|g
 # out: Inductor's own kernels are not ours to check).
 sanitize() {
   compute-sanitizer --tool "$1" --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider -m cuda \
-    -k "not compile" "${@:2}" 2>&1 | tail -n 15 | tee "$OUT/$1.log"
+    -k "not compile" "${@:2}" 2>&1 | tail -n 15 | tee -a "$OUT/$1.log"
 }
 want memcheck && sanitize memcheck tests/test_norms.py tests/test_dropin.py tests/test_transformer_rows.py
+want memcheck && sanitize memcheck tests/test_family.py tests/test_reductions.py
+want racecheck && sanitize racecheck tests/test_family.py -k "moments and float32 or argmax or foreach"
 want racecheck && sanitize racecheck tests/test_norms.py tests/test_transformer_rows.py \
   -k "backward_matches or (long_rows and float32) or (add_norm and bfloat16) or (every_option and 50304)"
 want gpt2 && python3 examples/gpt2.py 2>&1 | tee "$OUT/gpt2.txt"
@@ -45,7 +47,7 @@ want llama && python3 examples/llama.py 2>&1 | tee "$OUT/llama.txt"
 want micro && bash bench/micro/run.sh 2>&1 | tee "$OUT/micro.md"
 
 benched=0
-for bench in host reduce ladder norms rows; do
+for bench in host reduce family ladder norms rows; do
   want "$bench" || continue
   benched=1
   python3 "bench/$bench.py" 2>"/tmp/bench_$bench.err" | tee "$OUT/bench_$bench.md" || tail -20 "/tmp/bench_$bench.err"

@@ -45,6 +45,7 @@ def generic_section(data: dict, image: str | None = None) -> str:
 SECTIONS = {
     "reduce": lambda d: generic_section(d, "bench/results/reduce.png"),
     "ladder": ladder_section,
+    "family": generic_section,
     "norms": generic_section,
     "rows": generic_section,
     "host": generic_section,
