@@ -8,23 +8,11 @@
 #include "block_reduce.cuh"
 #include "dependent_launch.cuh"
 #include "dtype.h"
+#include "foreach_table.h"
 
 namespace fastreduce {
 
-// Tensors per launch: the table travels as a kernel argument, within the
-// 4 KiB every CUDA 12 driver accepts.
-constexpr int kForeachTensors = 96;
-constexpr int64_t kForeachChunk = 1 << 16;  // elements per block of pass 1
 constexpr int kForeachThreads = 512;
-
-struct ForeachTable {
-  const void* inputs[kForeachTensors];
-  void* outputs[kForeachTensors];   // each tensor's 0-dim norm
-  int64_t numel[kForeachTensors];
-  int32_t first_chunk[kForeachTensors + 1];  // chunks of tensor t: [first_chunk[t], first_chunk[t + 1])
-  DType dtype[kForeachTensors];      // float, half or bfloat16; the output's too
-  int count;
-};
 
 template <typename Half, typename BFloat16, typename F>
 __device__ __forceinline__ void visit_float_dtype(DType dtype, F&& f) {

@@ -1,4 +1,4 @@
-#include "../kernels/foreach_norm_kernels.cuh"
+#include "../kernels/foreach_table.h"
 #include "../launch/foreach_norm.h"
 #include "common.h"
 #include "cuda_utils.h"
