@@ -54,6 +54,16 @@ struct VarOp {
   }
 };
 
+// exp(x) for x <= 0 (or -inf, or NaN): the GPU's ex2 unit for float (a
+// few ulp, on a sum of terms at most 1), std::exp elsewhere.
+template <typename A>
+FR_HOST_DEVICE A exp_nonpositive(A x) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<A, float>) return __expf(x);
+#endif
+  return std::exp(x);
+}
+
 template <typename A>
 struct MaxAndSum {
   A max, sum;  // the row is sum * exp(max) worth of exp()
@@ -66,7 +76,7 @@ template <typename A>
 struct LogSumExpOp : ElementwiseOp<LogSumExpOp<A>, MaxAndSum<A>> {
   using acc_t = MaxAndSum<A>;
   FR_HOST_DEVICE static acc_t identity() { return {-std::numeric_limits<A>::infinity(), A(0)}; }
-  FR_HOST_DEVICE static A scaled(A sum, A from, A to) { return from == to ? sum : sum * std::exp(from - to); }
+  FR_HOST_DEVICE static A scaled(A sum, A from, A to) { return from == to ? sum : sum * exp_nonpositive(from - to); }
   FR_HOST_DEVICE static acc_t combine(acc_t a, acc_t b) {
     const A top = MaxOp<A>::combine(a.max, b.max);
     return {top, scaled(a.sum, a.max, top) + scaled(b.sum, b.max, top)};
