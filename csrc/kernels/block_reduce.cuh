@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "reduce_op.h"
 
@@ -69,12 +70,26 @@ struct alignas((sizeof(In) * N) & (~(sizeof(In) * N) + 1)) VecN {
 template <typename In>
 using Vec16 = VecN<In, 16 / sizeof(In)>;
 
+// Whether Op folds a whole pack at once (fold_pack), paying its per-step
+// cost (a division, a rescale) once per pack instead of once per element.
+template <typename Op, typename In, int N, typename = void>
+struct FoldsPacks : std::false_type {};
+template <typename Op, typename In, int N>
+struct FoldsPacks<Op, In, N,
+                  std::void_t<decltype(std::declval<const Op&>().fold_pack(
+                      std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
+    : std::true_type {};
+
 // Folds the elements of v, whose first has index `index`.
 template <typename Op, typename In, int N, typename Acc = typename Op::acc_t>
 __device__ __forceinline__ Acc fold_vec(const Op& op, Acc acc, const VecN<In, N>& v, int64_t index) {
+  if constexpr (FoldsPacks<Op, In, N>::value) {
+    return op.fold_pack(acc, v.elem, index);
+  } else {
 #pragma unroll
-  for (int k = 0; k < N; ++k) acc = op.fold(acc, v.elem[k], index + k);
-  return acc;
+    for (int k = 0; k < N; ++k) acc = op.fold(acc, v.elem[k], index + k);
+    return acc;
+  }
 }
 
 // Reduces data[0, n) cooperatively: thread `rank` of `team` threads folds its

@@ -42,6 +42,22 @@ struct VarOp {
     const A mean = acc.mean + delta / count;
     return {count, shift, mean, acc.m2 + delta * (value - mean)};
   }
+  // A pack's own moments (two short passes in registers), merged once.
+  template <typename In, int N>
+  FR_HOST_DEVICE acc_t fold_pack(acc_t acc, const In (&pack)[N], int64_t) const {
+    A raw[N];
+    for (int k = 0; k < N; ++k) raw[k] = widen_to<A>(pack[k]);
+    const A shift = acc.count == A(0) ? raw[0] : acc.shift;
+    A sum = A(0);
+    for (int k = 0; k < N; ++k) sum += raw[k] - shift;
+    const A mean = sum * (A(1) / A(N));
+    A m2 = A(0);
+    for (int k = 0; k < N; ++k) {
+      const A deviation = raw[k] - shift - mean;
+      m2 += deviation * deviation;
+    }
+    return combine(acc, {A(N), shift, mean, m2});
+  }
   template <typename Out>
   FR_HOST_DEVICE void store(PairSink<Out> out, int64_t i, acc_t acc) const {
     const A var = acc.m2 * inv_divisor;  // 0 * inf: NaN, as torch's 0 / 0
@@ -86,6 +102,18 @@ struct LogSumExpOp : ElementwiseOp<LogSumExpOp<A>, MaxAndSum<A>> {
     const A value = widen_to<A>(x);
     if (value > acc.max) return {value, scaled(acc.sum, acc.max, value) + A(1)};
     return {acc.max, acc.sum + scaled(A(1), value, acc.max)};
+  }
+  // A pack: its maximum, then one exp per element against it (1 where an
+  // element equals it, so infinities stay exact), merged with one rescale.
+  template <typename In, int N>
+  FR_HOST_DEVICE acc_t fold_pack(acc_t acc, const In (&pack)[N], int64_t) const {
+    A raw[N];
+    for (int k = 0; k < N; ++k) raw[k] = widen_to<A>(pack[k]);
+    A top = raw[0];
+    for (int k = 1; k < N; ++k) top = MaxOp<A>::combine(top, raw[k]);
+    A sum = A(0);
+    for (int k = 0; k < N; ++k) sum += scaled(A(1), raw[k], top);
+    return combine(acc, {top, sum});
   }
   FR_HOST_DEVICE A finalize(acc_t acc) const { return acc.max + std::log(acc.sum); }
 };
