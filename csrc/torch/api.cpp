@@ -26,6 +26,59 @@ at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) { ret
 
 at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) { return call_amin(self, dim, keepdim); }
 
+at::Tensor var(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
+               bool keepdim) {
+  return call_var(self, dim, correction, keepdim);
+}
+
+at::Tensor std(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
+               bool keepdim) {
+  return call_stddev(self, dim, correction, keepdim);
+}
+
+std::tuple<at::Tensor, at::Tensor> var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                            const std::optional<at::Scalar>& correction, bool keepdim) {
+  return call_var_mean(self, dim, correction, keepdim);
+}
+
+std::tuple<at::Tensor, at::Tensor> std_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                            const std::optional<at::Scalar>& correction, bool keepdim) {
+  return call_stddev_mean(self, dim, correction, keepdim);
+}
+
+at::Tensor logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  return call_logsumexp(self, dim, keepdim);
+}
+
+at::Tensor norm(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype) {
+  return call_norm(self, ord, dim, keepdim, dtype);
+}
+
+at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  return call_argmax(self, dim, keepdim);
+}
+
+at::Tensor argmin(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  return call_argmin(self, dim, keepdim);
+}
+
+std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  return call_aminmax(self, dim, keepdim);
+}
+
+at::Tensor any(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  return call_any(self, dim, keepdim);
+}
+
+at::Tensor all(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  return call_all(self, dim, keepdim);
+}
+
+std::vector<at::Tensor> foreach_norm(at::TensorList tensors, const at::Scalar& ord) {
+  return call_foreach_norm(tensors, ord);
+}
+
 at::Tensor layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
                       const std::optional<at::Tensor>& bias, double eps) {
   return std::get<0>(call_layer_norm(input, normalized_shape, weight, bias, eps));

@@ -91,14 +91,7 @@ struct ExtremumFunction : torch::autograd::Function<ExtremumFunction<IsMax>> {
     }
   }
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
-    at::Tensor result;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      result = op_call(self, dim, keepdim);
-    }
-    save_dims(ctx, self, dim, keepdim);
-    ctx->save_for_backward({self, result});
-    return result;
+    return forward_saving_input_and_result<ExtremumFunction<IsMax>>(ctx, self, dim, keepdim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();

@@ -51,6 +51,21 @@ inline at::Tensor unsqueeze_reduced(AutogradContext* ctx, at::Tensor grad) {
   return grad;
 }
 
+// The forward of a reduction F over (self, dim, keepdim) whose backward
+// needs the input and the result (amax/amin, logsumexp).
+template <typename F>
+at::Tensor forward_saving_input_and_result(AutogradContext* ctx, const at::Tensor& self, at::IntArrayRef dim,
+                                           bool keepdim) {
+  at::Tensor result;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    result = F::op_call(self, dim, keepdim);
+  }
+  save_dims(ctx, self, dim, keepdim);
+  ctx->save_for_backward({self, result});
+  return result;
+}
+
 // Autograd of var/std/var_mean/std_mean, logsumexp, norm and aminmax
 // (autograd_statistics.cpp), added by register_autograd.
 void register_statistics_autograd(torch::Library& m);

@@ -88,14 +88,7 @@ struct LogSumExpFunction : torch::autograd::Function<LogSumExpFunction> {
     return call_logsumexp(self, dim, keepdim);
   }
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
-    at::Tensor result;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      result = op_call(self, dim, keepdim);
-    }
-    save_dims(ctx, self, dim, keepdim);
-    ctx->save_for_backward({self, result});
-    return result;
+    return forward_saving_input_and_result<LogSumExpFunction>(ctx, self, dim, keepdim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 namespace fastreduce {
 
@@ -26,6 +27,37 @@ at::Tensor prod(const at::Tensor& self, at::OptionalIntArrayRef dim = std::nullo
 // As torch.amax and torch.amin: an empty dim reduces every dimension.
 at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim = {}, bool keepdim = false);
 at::Tensor amin(const at::Tensor& self, at::IntArrayRef dim = {}, bool keepdim = false);
+
+// As torch.var, torch.std, torch.var_mean and torch.std_mean: one pass
+// (Welford); correction defaults to 1.
+at::Tensor var(const at::Tensor& self, at::OptionalIntArrayRef dim = std::nullopt,
+               const std::optional<at::Scalar>& correction = std::nullopt, bool keepdim = false);
+at::Tensor std(const at::Tensor& self, at::OptionalIntArrayRef dim = std::nullopt,
+               const std::optional<at::Scalar>& correction = std::nullopt, bool keepdim = false);
+std::tuple<at::Tensor, at::Tensor> var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim = std::nullopt,
+                                            const std::optional<at::Scalar>& correction = std::nullopt,
+                                            bool keepdim = false);
+std::tuple<at::Tensor, at::Tensor> std_mean(const at::Tensor& self, at::OptionalIntArrayRef dim = std::nullopt,
+                                            const std::optional<at::Scalar>& correction = std::nullopt,
+                                            bool keepdim = false);
+
+// As torch.logsumexp and torch.linalg.vector_norm.
+at::Tensor logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim = false);
+at::Tensor norm(const at::Tensor& self, const at::Scalar& ord = 2, at::OptionalIntArrayRef dim = std::nullopt,
+                bool keepdim = false, std::optional<at::ScalarType> dtype = std::nullopt);
+
+// As torch.argmax, torch.argmin (no dim: the flattened input), torch.aminmax
+// (returns (min, max)), torch.any and torch.all.
+at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+at::Tensor argmin(const at::Tensor& self, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& self, std::optional<int64_t> dim = std::nullopt,
+                                           bool keepdim = false);
+at::Tensor any(const at::Tensor& self, at::OptionalIntArrayRef dim = std::nullopt, bool keepdim = false);
+at::Tensor all(const at::Tensor& self, at::OptionalIntArrayRef dim = std::nullopt, bool keepdim = false);
+
+// Each tensor's ord norm, as torch._foreach_norm (the gradient-clipping
+// pattern): float32/float16/bfloat16 CUDA tensors in one pass over all.
+std::vector<at::Tensor> foreach_norm(at::TensorList tensors, const at::Scalar& ord = 2);
 
 // As torch.nn.functional.layer_norm and rms_norm (eps: none takes the
 // input dtype's machine epsilon, as torch).

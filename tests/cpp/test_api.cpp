@@ -47,6 +47,38 @@ TEST(Reductions, MatchTorch) {
   }
 }
 
+TEST(Reductions, FamilyMatchesTorch) {
+  for (auto device : devices()) {
+    torch::manual_seed(2);
+    const torch::Tensor x = (torch::randn({40, 33, 31}, f64(device)) + 100).transpose(0, 2).slice(1, 1);
+    const std::vector<int64_t> dim{1};
+    expect_close(fastreduce::var(x, dim), x.var(dim));
+    expect_close(fastreduce::std(x, dim, 0.0, true), torch::std(x, dim, 0.0, true));
+    auto [spread, mean] = fastreduce::var_mean(x, dim, 2.0);
+    auto [torch_spread, torch_mean] = torch::var_mean(x, dim, 2.0);
+    expect_close(spread, torch_spread);
+    expect_close(mean, torch_mean);
+    expect_close(std::get<0>(fastreduce::std_mean(x)), std::get<0>(torch::std_mean(x, std::nullopt, 1.0)));
+    expect_close(fastreduce::logsumexp(x, dim), x.logsumexp(dim));
+    expect_close(fastreduce::norm(x, 3, dim), torch::linalg_vector_norm(x, 3, dim, false, std::nullopt));
+    EXPECT_TRUE(torch::equal(fastreduce::argmax(x, 2), x.argmax(2)));
+    EXPECT_TRUE(torch::equal(fastreduce::argmin(x), x.argmin()));
+    auto [low, high] = fastreduce::aminmax(x, 0, true);
+    auto [torch_low, torch_high] = torch::aminmax(x, 0, true);
+    EXPECT_TRUE(torch::equal(low, torch_low) && torch::equal(high, torch_high));
+    EXPECT_TRUE(torch::equal(fastreduce::any(x > 102.5, dim), (x > 102.5).any(1)));
+    EXPECT_TRUE(torch::equal(fastreduce::all(x > 97.5), (x > 97.5).all()));
+    const auto norms = fastreduce::foreach_norm({x, x.select(0, 1)});
+    expect_close(norms[1], torch::linalg_vector_norm(x.select(0, 1), 2, std::nullopt, false, std::nullopt));
+    // gradients through the C++ autograd
+    const torch::Tensor leaf = x.detach().requires_grad_();
+    const torch::Tensor twin = x.detach().requires_grad_();
+    fastreduce::std(leaf, dim).sum().backward();
+    twin.std(dim).sum().backward();
+    expect_close(leaf.grad(), twin.grad());
+  }
+}
+
 TEST(Norms, ForwardAndBackwardMatchTorch) {
   for (auto device : devices()) {
     torch::manual_seed(2);
