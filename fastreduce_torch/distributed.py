@@ -71,18 +71,26 @@ def _reduced_dims(spec, dim) -> set[int]:
     return {d % spec.ndim for d in dims} if spec.ndim else set()
 
 
-def _reduction_rule(partial_op: str | None, even_only: bool = False):
+def _reduction_strategies(self, dim, keepdim, partial_ops: Sequence[str] | None, outputs: int = 1,
+                          even_only: bool = False):
+    """Local over kept dims; over a reduced dim, Partial(op) per output when
+    `partial_ops` says how the shards' results merge, else replicated first."""
+    reduced = _reduced_dims(self, dim)
+    strategies = [([Replicate()] * outputs, [Replicate()])]
+    for d in range(self.ndim):
+        if d in reduced:
+            if partial_ops is not None and (not even_only or self.shape[d] % self.mesh.size() == 0):
+                strategies.append(([Partial(op) for op in partial_ops], [Shard(d)]))
+        else:
+            out = d if keepdim else d - sum(r < d for r in reduced)
+            strategies.append(([Shard(out)] * outputs, [Shard(d)]))
+    return strategies
+
+
+def _reduction_rule(partial_op: str | None, even_only: bool = False, outputs: int = 1):
     def rule(self, dim=None, keepdim=False, *args, **kwargs):
-        reduced = _reduced_dims(self, dim)
-        strategies = [([Replicate()], [Replicate()])]
-        for d in range(self.ndim):
-            if d in reduced:
-                if partial_op is not None and (not even_only or self.shape[d] % self.mesh.size() == 0):
-                    strategies.append(([Partial(partial_op)], [Shard(d)]))
-            else:
-                out = d if keepdim else d - sum(r < d for r in reduced)
-                strategies.append(([Shard(out)], [Shard(d)]))
-        return strategies
+        partial_ops = None if partial_op is None else [partial_op] * outputs
+        return _reduction_strategies(self, dim, keepdim, partial_ops, outputs, even_only)
 
     return rule
 
@@ -96,6 +104,26 @@ _rule(_ops.mean.default)(_reduction_rule("avg", even_only=True))
 # A product over shards needs a product all-reduce, which NCCL and gloo have
 # but DTensor's Partial does not: replicate first.
 _rule(_ops.prod.default)(_reduction_rule(None))
+# var/std, logsumexp, norm, argmax/argmin and any/all of shards do not merge
+# by a sum, max or min of their results: a sharded reduced dim is replicated
+# first; kept dims stay local.
+for _op in (_ops.var, _ops.std, _ops.logsumexp, _ops.argmax, _ops.argmin):
+    _rule(_op.default)(_reduction_rule(None))
+_rule(_ops.var_mean.default)(_reduction_rule(None, outputs=2))
+_rule(_ops.std_mean.default)(_reduction_rule(None, outputs=2))
+# any/all: bools have no max/min all-reduce in every backend; replicated.
+_rule(_ops.any.default)(_reduction_rule(None))
+_rule(_ops.all.default)(_reduction_rule(None))
+
+
+@_rule(_ops.aminmax.default)
+def _aminmax_rule(self, dim=None, keepdim=False):
+    return _reduction_strategies(self, dim, keepdim, ["min", "max"], outputs=2)
+
+
+@_rule(_ops.norm.default)
+def _norm_rule(self, ord=2, dim=None, keepdim=False, dtype=None):
+    return _reduction_strategies(self, dim, keepdim, None)
 
 
 @_rule(_ops.prod_backward.default)

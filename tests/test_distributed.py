@@ -57,6 +57,50 @@ def check_reductions(mesh, device):
         close(getattr(fr, name)(distribute_tensor(y, mesh, [Shard(0)]), 0), getattr(torch, name)(y, 0), name)
 
 
+def check_family(mesh, device):
+    """var/std (and with the mean), logsumexp, norm, argmax/argmin, aminmax,
+    any/all: every placement against the full tensor; aminmax over a shard
+    is Partial(min), Partial(max)."""
+    import fastreduce_torch as fr
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    torch.manual_seed(2)
+    x = torch.randn(16, 8, 12, dtype=torch.float64, device=device)
+    ops = {
+        "var": lambda t, d, k: fr.var(t, d, keepdim=k),
+        "std_mean": lambda t, d, k: fr.std_mean(t, d, correction=0, keepdim=k),
+        "logsumexp": lambda t, d, k: fr.logsumexp(t, d if d is not None else (0, 1, 2), k),
+        "norm": lambda t, d, k: fr.norm(t, 3, d, k),
+        "any": lambda t, d, k: fr.any(t > 1.5, d, k),
+        "all": lambda t, d, k: fr.all(t > -2.5, d, k),
+    }
+    for placement in (Shard(0), Shard(1), Replicate()):
+        for name, op in ops.items():
+            for dim in (None, 1, (0, 2)):
+                for keepdim in (False, True):
+                    what = f"{name} dim={dim} keepdim={keepdim} {placement}"
+                    expected = op(x, dim, keepdim)
+                    out = op(distribute_tensor(x, mesh, [placement]), dim, keepdim)
+                    for a, e in zip(out if isinstance(out, tuple) else (out,),
+                                    expected if isinstance(expected, tuple) else (expected,)):
+                        close(a, e, what)
+        for dim in (None, 0, 2):
+            sharded = distribute_tensor(x, mesh, [placement])
+            for name in ("argmax", "argmin"):
+                close(getattr(fr, name)(sharded, dim), getattr(torch, name)(x, dim), f"{name} {dim} {placement}")
+            low, high = fr.aminmax(sharded, dim=dim)
+            close(low, torch.aminmax(x, dim=dim).min, f"aminmax {dim} {placement}")
+            close(high, torch.aminmax(x, dim=dim).max, f"aminmax {dim} {placement}")
+            if placement == Shard(0) and dim in (None, 0):
+                assert [type(o.placements[0]) for o in (low, high)] == [Partial, Partial]
+    # gradients through a sharded var and norm equal the unsharded ones
+    leaf = x.clone().requires_grad_()
+    (fr.var(leaf, 1).sum() + fr.norm(leaf, 2, 0).sum()).backward()
+    sharded = distribute_tensor(x, mesh, [Shard(0)]).requires_grad_()
+    (fr.var(sharded, 1).sum() + fr.norm(sharded, 2, 0).sum()).backward()
+    close(sharded.grad, leaf.grad, "var + norm backward")
+
+
 def check_rows(mesh, device):
     """Rows sharded along a dim the op does not normalise: local, no
     collective in forward; parameter gradients are partial sums."""
@@ -186,6 +230,7 @@ def worker(rank, world, port, backend):
 
         mesh = init_device_mesh("cuda" if backend == "nccl" else "cpu", (world,))
         check_reductions(mesh, device)
+        check_family(mesh, device)
         check_rows(mesh, device)
         check_cross_entropy(mesh, device)
         check_tensor_parallel(mesh, device, world)
