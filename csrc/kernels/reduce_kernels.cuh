@@ -86,21 +86,25 @@ __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64
 constexpr int kColumnTile = 32;    // threads across the columns of a tile: one warp
 constexpr int kColumnLanes = 8;    // rows a block walks at once
 constexpr int kColumnThreads = kColumnTile * kColumnLanes;
+// The second pass walks the partials of a tall column (hundreds of segments)
+// with 32 rows at once: latency, not bandwidth, bounds it.
+constexpr int kFinishColumnLanes = 32;
 
 // Columns of an (outer, len, inner) view: out[(o * splits + s) * inner + i] folds
 // x[o, r, i] for r in segment s. blockIdx.x enumerates (o, column tile),
 // blockIdx.y the segment. Each thread owns kVec adjacent columns and loads
 // them as one vector (kVec > 1 needs inner % kVec == 0 and an aligned x), so a
-// warp reads 32 * kVec consecutive elements of a row.
-template <typename Op, typename In, typename Sink, bool kFinal, int kVec>
-__global__ void __launch_bounds__(kColumnThreads)
+// warp reads 32 * kVec consecutive elements of a row; kLanes warps walk the
+// rows.
+template <typename Op, typename In, typename Sink, bool kFinal, int kVec, int kLanes = kColumnLanes>
+__global__ void __launch_bounds__(kColumnTile * kLanes)
     reduce_columns_kernel(const In* __restrict__ x, int64_t len, int64_t inner, int64_t splits,
                           int64_t chunk, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   using Pack = VecN<In, kVec>;
   constexpr int kTileColumns = kColumnTile * kVec;
   constexpr int kUnroll = 4;
-  __shared__ Acc partial[kColumnLanes][kTileColumns + 1];
+  __shared__ Acc partial[kLanes][kTileColumns + 1];
   begin_pass<kFinal>();
   const int tx = threadIdx.x % kColumnTile;
   const int ty = threadIdx.x / kColumnTile;
@@ -118,27 +122,27 @@ __global__ void __launch_bounds__(kColumnThreads)
   if (column < inner) {
     const auto* packs = reinterpret_cast<const Pack*>(x + o * len * inner + column);
     const int64_t row_stride = inner / kVec;
-    for (int64_t base = begin + ty; base < end; base += kUnroll * kColumnLanes) {
+    for (int64_t base = begin + ty; base < end; base += kUnroll * kLanes) {
       Pack v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kColumnLanes < end) v[u] = packs[(base + u * kColumnLanes) * row_stride];
+        if (base + u * kLanes < end) v[u] = packs[(base + u * kLanes) * row_stride];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kColumnLanes < end) {
+        if (base + u * kLanes < end) {
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) acc[k] = op.fold(acc[k], v[u].elem[k], base + u * kColumnLanes);
+          for (int k = 0; k < kVec; ++k) acc[k] = op.fold(acc[k], v[u].elem[k], base + u * kLanes);
         }
     }
   }
 #pragma unroll
   for (int k = 0; k < kVec; ++k) partial[ty][tx * kVec + k] = acc[k];
   __syncthreads();
-  for (int c = threadIdx.x; c < kTileColumns; c += kColumnThreads) {
+  for (int c = threadIdx.x; c < kTileColumns; c += kColumnTile * kLanes) {
     if (tile_start + c >= inner) break;
     Acc total = partial[0][c];
 #pragma unroll
-    for (int k = 1; k < kColumnLanes; ++k) total = Op::combine(total, partial[k][c]);
+    for (int k = 1; k < kLanes; ++k) total = Op::combine(total, partial[k][c]);
     store_result<kFinal>(op, out, (o * splits + segment) * inner + tile_start + c, total);
   }
 }

@@ -164,8 +164,8 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
                          : first_pass(std::integral_constant<int, 1>{});
       if (err != cudaSuccess || !two_pass) return err;
       const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
-      return launch_kernel(reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1>, finish_grid,
-                           kColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
+      return launch_kernel(reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kFinishColumnLanes>,
+                           finish_grid, kColumnTile * kFinishColumnLanes, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
                            plan.segments, out, finish_op);
     }
   }
