@@ -100,8 +100,7 @@ def _check_floating(name: str, self: Tensor) -> None:
 
 def _moments_fake(name, torch_fn, self, dim, correction, keepdim):
     _check_floating(name, self)
-    reference = torch_fn(self, _torch_dims(dim), correction=correction, keepdim=keepdim)
-    return reference
+    return torch_fn(self, _torch_dims(dim), correction=correction, keepdim=keepdim)
 
 
 @torch.library.register_fake("fastreduce::var")

@@ -1,7 +1,5 @@
 // torch semantics of var/std (and with the mean), logsumexp and the vector
 // norm: dtypes, corrections, orders, empty inputs.
-#include <ATen/Dispatch.h>
-
 #include <cmath>
 #include <map>
 
