@@ -13,13 +13,15 @@ Two parts:
 
 * Tensor-parallel rows: layer_norm, rms_norm and softmax on a DTensor whose
   normalised (last) dim is sharded compute per-row partial statistics on the
-  local shard, all-reduce only those, and normalise locally. Bytes moved per
-  row and pass (float32 statistics): layer_norm forward 8 (row sum, then the
-  sum of squared deviations from the global mean: exact two-pass, no
-  cancellation), rms_norm forward 4, softmax forward 8 (max, then sum of
-  exponentials), layer_norm backward 8 (two row sums in one all-reduce),
-  rms_norm and softmax backward 4. The wrappers in norms.py route such
-  DTensors here.
+  local shard, exchange only those, and normalise locally. Bytes each rank
+  sends per row and pass (float32 statistics): layer_norm forward 8 (its
+  slice's mean and variance, all-gathered and merged exactly as Chan et al.;
+  no sum of squares to cancel), rms_norm forward 4 (the mean square),
+  softmax forward 8 (max, then sum of exponentials), layer_norm backward 8
+  (two row sums in one all-reduce), rms_norm and softmax backward 4. The
+  norms' forward runs two kernels (``_row_moments``, then
+  ``_normalize_rows`` with the merged statistics). The wrappers in norms.py
+  route such DTensors here.
 
 Importing fastreduce_torch registers the rules when torch.distributed is
 available.
@@ -27,6 +29,7 @@ available.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -273,41 +276,58 @@ def _widen(t: Tensor) -> Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
+def _shard_lengths(n: int, shards: int) -> list[int]:
+    """The lengths of a dim of n split in `shards` as DTensor's Shard splits
+    it (torch.chunk's pieces, empty ones at the end)."""
+    piece = -(-n // shards)
+    return [max(0, min(piece, n - i * piece)) for i in range(shards)]
+
+
+@functools.lru_cache(maxsize=64)
+def _shares(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Each rank's fraction of the row, on the device: made once, as the copy
+    to the device waits for the stream."""
+    return torch.tensor(lengths, dtype=dtype).div_(sum(lengths)).to(device)
+
+
 class _ShardedNorm(torch.autograd.Function):
     """layer_norm (centered) or rms_norm over a last dim split across a
-    process group; x is the local shard, n the full row length."""
+    process group; x is the local shard, lengths every rank's slice length.
+    Forward: one read of x for the slice's (mean, variance), one exchange of
+    those, one read and write to normalise."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps, centered, group, n):
-        xf = _widen(x)
+    def forward(ctx, x, weight, bias, eps, centered, group, lengths):
+        n = sum(lengths)
+        mean, var = _ops._row_moments(x)
+        if x.shape[-1] == 0:  # an empty slice adds nothing (its moments are NaN)
+            mean, var = mean.zero_(), var.zero_()
         if centered:
-            mean = _row_sum(xf)
-            dist.all_reduce(mean, group=group)
-            mean /= n
-            centered_x = xf - mean
-            var = _row_sum(centered_x * centered_x)
+            # Each rank's (mean, var), 8 bytes a row, merged exactly (Chan et al.).
+            gathered = mean.new_empty((len(lengths) * 2,) + tuple(mean.shape))
+            dist.all_gather_into_tensor(gathered, torch.stack([mean, var]), group=group)
+            share = _shares(tuple(lengths), mean.device, mean.dtype).view((-1,) + (1,) * mean.dim())
+            means, variances = gathered.view((len(lengths), 2) + tuple(mean.shape)).unbind(1)
+            mean = (means * share).sum(0)
+            var = ((variances + (means - mean) ** 2) * share).sum(0)
         else:
-            centered_x = xf
-            var = _row_sum(xf * xf)
-        dist.all_reduce(var, group=group)
-        rstd = torch.rsqrt(var / n + eps)
-        xhat = centered_x * rstd
-        y = xhat
-        if weight is not None:
-            y = y * weight.to(y.dtype)
-        if bias is not None:
-            y = y + bias.to(y.dtype)
-        ctx.save_for_backward(xhat, rstd, weight)
-        ctx.centered, ctx.group, ctx.n, ctx.has_bias = centered, group, n, bias is not None
-        return y.to(x.dtype)
+            mean_square = (var + mean * mean) * (x.shape[-1] / n)
+            dist.all_reduce(mean_square, group=group)
+            mean, var = None, mean_square
+        rstd = torch.rsqrt(var + eps)
+        ctx.save_for_backward(x, mean, rstd, weight)
+        ctx.group, ctx.n, ctx.has_bias = group, n, bias is not None
+        return _ops._normalize_rows(x, mean, rstd, weight, bias)
 
     @staticmethod
     def backward(ctx, dy):
-        xhat, rstd, weight = ctx.saved_tensors
+        x, mean, rstd, weight = ctx.saved_tensors
+        rstd = rstd.unsqueeze(-1)
+        xhat = (_widen(x) - mean.unsqueeze(-1)) * rstd if mean is not None else _widen(x) * rstd
         dyf = dy.to(xhat.dtype)
         g = dyf * weight.to(xhat.dtype) if weight is not None else dyf
         rows = tuple(range(dy.dim() - 1))
-        if ctx.centered:
+        if mean is not None:
             sums = torch.cat([_row_sum(g), _row_sum(g * xhat)], -1)  # one all-reduce of 2 floats per row
             dist.all_reduce(sums, group=ctx.group)
             dx = rstd * (g - sums[..., :1] / ctx.n - xhat * (sums[..., 1:] / ctx.n))
@@ -324,7 +344,10 @@ class _ShardedSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         xf = _widen(x)
-        row_max = reductions.amax(xf, -1, keepdim=True)
+        if xf.shape[-1]:
+            row_max = reductions.amax(xf, -1, keepdim=True)
+        else:  # an empty slice: no maximum of its own
+            row_max = xf.new_full(xf.shape[:-1] + (1,), -torch.inf)
         dist.all_reduce(row_max, op=dist.ReduceOp.MAX, group=group)
         e = torch.exp(xf - row_max)
         total = _row_sum(e)
@@ -349,7 +372,7 @@ def sharded_norm(input: DTensor, mesh_dim: int, weight, bias, eps: float, center
     mesh = input.device_mesh
     out = _ShardedNorm.apply(input.to_local(), _local_param(weight, input, mesh_dim),
                              _local_param(bias, input, mesh_dim), eps, centered, mesh.get_group(mesh_dim),
-                             input.shape[-1])
+                             _shard_lengths(input.shape[-1], mesh.size(mesh_dim)))
     return DTensor.from_local(out, mesh, input.placements, run_check=False, shape=input.shape,
                               stride=input.stride())
 

@@ -202,6 +202,25 @@ def _add_rms_norm_fake(input, residual, normalized_shape, weight=None, eps=None)
     return torch.empty_like(h), torch.empty_like(h), _stats(h, stats_shape, weight, widen=True)
 
 
+def _acc_dtype(input: Tensor) -> torch.dtype:
+    return torch.float64 if input.dtype == torch.float64 else torch.float32
+
+
+@torch.library.register_fake("fastreduce::_row_moments")
+def _row_moments_fake(input):
+    _check_floating("_row_moments", input, "input")
+    torch._check(input.dim() >= 1, lambda: "_row_moments: argument 'input' must have at least one dimension")
+    mean = input.new_empty(input.shape[:-1], dtype=_acc_dtype(input))
+    return mean, torch.empty_like(mean)
+
+
+@torch.library.register_fake("fastreduce::_normalize_rows")
+def _normalize_rows_fake(input, mean, rstd, weight=None, bias=None):
+    _check_floating("_normalize_rows", input, "input")
+    torch._check(input.dim() >= 1, lambda: "_normalize_rows: argument 'input' must have at least one dimension")
+    return input.new_empty(input.shape)
+
+
 @torch.library.register_fake("fastreduce::softmax")
 def _softmax_fake(self, dim=-1, *, dtype=None):
     out_dtype = dtype or self.dtype

@@ -177,45 +177,54 @@ def check_tensor_parallel(mesh, device, world):
         sent.append(tensor.numel() * 4)  # float32 statistics on the wire per element (bytes, as float32)
         return all_reduce(tensor, *args, **kwargs)
 
+    all_gather = frd.dist.all_gather_into_tensor
+
+    def counting_gather(output, tensor, *args, **kwargs):
+        sent.append(tensor.numel() * 4)
+        return all_gather(output, tensor, *args, **kwargs)
+
     frd.dist.all_reduce = counting
+    frd.dist.all_gather_into_tensor = counting_gather
     try:
         torch.manual_seed(3)
-        hidden = 16 * world
-        x = torch.randn(6, 5, hidden, dtype=torch.float64, device=device) * 2 + 3
-        w = torch.randn(hidden, dtype=torch.float64, device=device)
-        b = torch.randn(hidden, dtype=torch.float64, device=device)
-        dy = torch.randn(6, 5, hidden, dtype=torch.float64, device=device)
-        rows = 30
-        cases = {
-            "layer_norm": (lambda x, w, b: fr.layer_norm(x, hidden, w, b), 8, 8),
-            "layer_norm no affine": (lambda x, w, b: fr.layer_norm(x, hidden), 8, 8),
-            "rms_norm": (lambda x, w, b: fr.rms_norm(x, hidden, w), 4, 4),
-            "rms_norm eps": (lambda x, w, b: fr.rms_norm(x, hidden, w, eps=1e-3), 4, 4),
-            "softmax": (lambda x, w, b: fr.softmax(x, -1), 8, 4),
-        }
-        for param_placement in (Replicate(), Shard(0)):
-            for name, (f, forward_bytes, backward_bytes) in cases.items():
-                what = f"{name} params {param_placement}"
-                leaves = [t.clone().requires_grad_() for t in (x, w, b)]
-                expected = f(*leaves)
-                expected.backward(dy)
-                xs = distribute_tensor(x, mesh, [Shard(2)]).requires_grad_()
-                ws = distribute_tensor(w, mesh, [param_placement]).requires_grad_()
-                bs = distribute_tensor(b, mesh, [param_placement]).requires_grad_()
-                sent.clear()
-                out = f(xs, ws, bs)
-                assert out.placements == (Shard(2),), f"{what}: {out.placements}"
-                assert sum(sent) / rows == forward_bytes, f"{what}: forward sent {sent} for {rows} rows"
-                sent.clear()
-                out.backward(distribute_tensor(dy, mesh, [Shard(2)]))
-                assert sum(sent) / rows == backward_bytes, f"{what}: backward sent {sent} for {rows} rows"
-                close(out, expected.detach(), what)
-                close(xs.grad, leaves[0].grad, what + " grad x")
-                for label, got, want in zip("wb", (ws, bs), leaves[1:]):
-                    if want.grad is not None:
-                        close(got.grad, want.grad, f"{what} grad {label}")
+        # Even slices, uneven ones (the last shorter), and one rank with none at 4 ranks.
+        for hidden in (16 * world, 16 * world - 3, world + 1):
+            x = torch.randn(6, 5, hidden, dtype=torch.float64, device=device) * 2 + 3
+            w = torch.randn(hidden, dtype=torch.float64, device=device)
+            b = torch.randn(hidden, dtype=torch.float64, device=device)
+            dy = torch.randn(6, 5, hidden, dtype=torch.float64, device=device)
+            rows = 30
+            cases = {
+                "layer_norm": (lambda x, w, b: fr.layer_norm(x, hidden, w, b), 8, 8),
+                "layer_norm no affine": (lambda x, w, b: fr.layer_norm(x, hidden), 8, 8),
+                "rms_norm": (lambda x, w, b: fr.rms_norm(x, hidden, w), 4, 4),
+                "rms_norm eps": (lambda x, w, b: fr.rms_norm(x, hidden, w, eps=1e-3), 4, 4),
+                "softmax": (lambda x, w, b: fr.softmax(x, -1), 8, 4),
+            }
+            for param_placement in (Replicate(), Shard(0)):
+                for name, (f, forward_bytes, backward_bytes) in cases.items():
+                    what = f"{name} params {param_placement}"
+                    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+                    expected = f(*leaves)
+                    expected.backward(dy)
+                    xs = distribute_tensor(x, mesh, [Shard(2)]).requires_grad_()
+                    ws = distribute_tensor(w, mesh, [param_placement]).requires_grad_()
+                    bs = distribute_tensor(b, mesh, [param_placement]).requires_grad_()
+                    sent.clear()
+                    out = f(xs, ws, bs)
+                    assert out.placements == (Shard(2),), f"{what}: {out.placements}"
+                    assert sum(sent) / rows == forward_bytes, f"{what}: forward sent {sent} for {rows} rows"
+                    sent.clear()
+                    out.backward(distribute_tensor(dy, mesh, [Shard(2)]))
+                    assert sum(sent) / rows == backward_bytes, f"{what}: backward sent {sent} for {rows} rows"
+                    close(out, expected.detach(), what)
+                    close(xs.grad, leaves[0].grad, what + " grad x")
+                    for label, got, want in zip("wb", (ws, bs), leaves[1:]):
+                        if want.grad is not None:
+                            close(got.grad, want.grad, f"{what} grad {label}")
     finally:
         frd.dist.all_reduce = all_reduce
+        frd.dist.all_gather_into_tensor = all_gather
 
 
 def worker(rank, world, port, backend):

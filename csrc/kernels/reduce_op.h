@@ -25,6 +25,7 @@ enum class ReduceKind { Sum, Mean, Prod, Max, Min, Var, LogSumExp, Norm, ArgMax,
 struct ReduceParams {
   double correction = 0;
   bool root = false;  // std instead of var
+  bool acc_outputs = false;  // var: mean and variance in the accumulator type (_row_moments)
   double ord = 2;
 };
 

@@ -185,7 +185,9 @@ R visit_statistic(ReduceKind kind, DType dtype, const ReduceParams& params, int6
     } else {
       using A = std::conditional_t<sizeof(In) == 8, double, float>;
       switch (kind) {
-        case ReduceKind::Var: return f(VarOp<A>::make(params, len), tag, TypeTag<PairSink<In>>{});
+        case ReduceKind::Var:
+          if (params.acc_outputs) return f(VarOp<A>::make(params, len), tag, TypeTag<PairSink<A>>{});
+          return f(VarOp<A>::make(params, len), tag, TypeTag<PairSink<In>>{});
         case ReduceKind::LogSumExp: return f(LogSumExpOp<A>::make(params, len), tag, TypeTag<In*>{});
         case ReduceKind::Norm: {
           auto norm = [&](auto order) {

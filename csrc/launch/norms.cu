@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "../kernels/norm_kernels.cuh"
+#include "../kernels/normalize_kernels.cuh"
 #include "reduce.h"
 #include "rows.h"
 
@@ -186,6 +187,31 @@ cudaError_t norm_forward(const NormShape& shape, const NormForward& io, cudaStre
                                shape.rows,                       shape.n,
                                static_cast<A>(io.eps)};
     return shape.centered ? forward_rows<T, true>(a, stream) : forward_rows<T, false>(a, stream);
+  });
+}
+
+// A grid-stride pass: one wave of blocks, 16-byte packs where the buffers allow.
+constexpr int kNormalizeThreads = 256, kNormalizeBlocksPerSm = 8;
+
+cudaError_t normalize_rows(const NormShape& shape, const NormApply& io, int sm_count, cudaStream_t stream) {
+  if (shape.rows * shape.n == 0) return cudaSuccess;
+  return dispatch_floating(shape.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const NormalizeArgs<T> a{static_cast<const T*>(io.x),      static_cast<const A*>(io.mean),
+                             static_cast<const A*>(io.rstd),   static_cast<const T*>(io.weight),
+                             static_cast<const T*>(io.bias),   static_cast<T*>(io.y),
+                             shape.rows,                       shape.n};
+    auto launch = [&](auto vec) {
+      constexpr int kVec = decltype(vec)::value;
+      const int64_t packs = shape.rows * shape.n / kVec;
+      const int64_t blocks = std::min<int64_t>(ceil_div(packs, kNormalizeThreads), int64_t(sm_count) * kNormalizeBlocksPerSm);
+      normalize_rows_kernel<T, kVec><<<blocks, kNormalizeThreads, 0, stream>>>(a);
+      return cudaGetLastError();
+    };
+    if (packable<T>(shape.n, {io.x, io.weight, io.bias, io.y}))
+      return launch(std::integral_constant<int, Vec16<T>::kSize>{});
+    return launch(std::integral_constant<int, 1>{});
   });
 }
 

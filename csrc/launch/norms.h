@@ -49,6 +49,18 @@ struct NormBackward {
   void* dweight;
   void* dbias;
 };
+// The apply half of a norm from given row statistics (mean null: rms_norm):
+// y = (x - mean) * rstd * weight + bias. Statistics in the accumulator type.
+struct NormApply {
+  const void* x;
+  const void* mean;
+  const void* rstd;
+  const void* weight;
+  const void* bias;
+  void* y;
+};
+cudaError_t normalize_rows(const NormShape& shape, const NormApply& io, int sm_count, cudaStream_t stream);
+
 size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count);
 cudaError_t norm_backward(const NormShape& shape, const NormBackward& io, void* workspace, int sm_count,
                           cudaStream_t stream);

@@ -54,6 +54,7 @@ void cross_entropy_forward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor
                                 const CrossEntropyArgs&) { no_cuda(); }
 void cross_entropy_backward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                  const at::Tensor&, at::Tensor&, const CrossEntropyArgs&) { no_cuda(); }
+void normalize_rows_cuda(NormApplyTensors&, int64_t, int64_t) { no_cuda(); }
 void softmax_forward_cuda(const at::Tensor&, at::Tensor&, const NormArgs&) { no_cuda(); }
 void softmax_backward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor&, const NormArgs&) { no_cuda(); }
 #endif

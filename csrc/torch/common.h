@@ -62,6 +62,12 @@ void norm_forward_cpu(NormForwardTensors& t, bool centered, const NormArgs& args
 void norm_forward_cuda(NormForwardTensors& t, bool centered, const NormArgs& args);
 void norm_backward_cpu(NormBackwardTensors& t, bool centered, const NormArgs& args);
 void norm_backward_cuda(NormBackwardTensors& t, bool centered, const NormArgs& args);
+// The apply half of a norm from given row statistics (split_norm.cpp);
+// mean undefined: rms_norm. Contiguous (rows, n), parameters in x's dtype.
+struct NormApplyTensors {
+  at::Tensor x, mean, rstd, weight, bias, y;
+};
+void normalize_rows_cuda(NormApplyTensors& t, int64_t rows, int64_t n);
 void softmax_forward_cpu(const at::Tensor& x, at::Tensor& y, const NormArgs& args);
 void softmax_forward_cuda(const at::Tensor& x, at::Tensor& y, const NormArgs& args);
 void softmax_backward_cpu(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args);

@@ -45,6 +45,15 @@ void norm_backward_cuda(NormBackwardTensors& t, bool centered, const NormArgs& a
   check_cuda(norm_backward(shape, io, bytes ? scratch.data_ptr() : nullptr, sm_count(), current_stream()), op);
 }
 
+void normalize_rows_cuda(NormApplyTensors& t, int64_t rows, int64_t n) {
+  const c10::cuda::CUDAGuard guard(t.x.device());
+  const char* op = "_normalize_rows";
+  const NormShape shape{to_dtype(t.x.scalar_type(), op), rows, n, t.mean.defined()};
+  const NormApply io{t.x.const_data_ptr(), data_or_null(t.mean), t.rstd.const_data_ptr(),
+                     data_or_null(t.weight), data_or_null(t.bias), t.y.data_ptr()};
+  check_cuda(normalize_rows(shape, io, sm_count(), current_stream()), op);
+}
+
 void softmax_forward_cuda(const at::Tensor& x, at::Tensor& y, const NormArgs& args) {
   const c10::cuda::CUDAGuard guard(x.device());
   check_cuda(softmax_forward(to_dtype(x.scalar_type(), "softmax"), x.const_data_ptr(), y.data_ptr(), args.rows,

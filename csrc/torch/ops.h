@@ -70,6 +70,10 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& input, const 
 at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
                                   const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
                                   c10::string_view reduction, int64_t ignore_index, double label_smoothing);
+// The halves of a norm over rows split across ranks (split_norm.cpp).
+std::tuple<at::Tensor, at::Tensor> row_moments(const at::Tensor& input);
+at::Tensor normalize_rows(const at::Tensor& input, const std::optional<at::Tensor>& mean, const at::Tensor& rstd,
+                          const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias);
 at::Tensor softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype);
 at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
 at::Tensor causal_softmax(const at::Tensor& scores, double scale);

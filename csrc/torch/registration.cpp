@@ -46,6 +46,10 @@ TORCH_LIBRARY(fastreduce, m) {
   m.def(
       "cross_entropy_backward(Tensor grad_loss, Tensor? grad_lse, Tensor input, Tensor target, Tensor lse, "
       "str reduction, int ignore_index, float label_smoothing) -> Tensor");
+  m.def("_row_moments(Tensor input) -> (Tensor mean, Tensor var)");
+  m.def(
+      "_normalize_rows(Tensor input, Tensor? mean, Tensor rstd, Tensor? weight=None, Tensor? bias=None) "
+      "-> Tensor");
   m.def("softmax(Tensor self, int dim=-1, *, ScalarType? dtype=None) -> Tensor");
   m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
   m.def("causal_softmax(Tensor scores, float scale=1.0) -> Tensor");
@@ -81,6 +85,8 @@ TORCH_LIBRARY(fastreduce, m) {
   m.impl("add_rms_norm", &backend::add_rms_norm);                            \
   m.impl("cross_entropy", &backend::cross_entropy);                          \
   m.impl("cross_entropy_backward", &backend::cross_entropy_backward);        \
+  m.impl("_row_moments", &backend::row_moments);                            \
+  m.impl("_normalize_rows", &backend::normalize_rows);                      \
   m.impl("softmax", &backend::softmax);                                      \
   m.impl("softmax_backward", &backend::softmax_backward);                    \
   m.impl("causal_softmax", &backend::causal_softmax);                        \
