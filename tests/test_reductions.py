@@ -316,3 +316,79 @@ def test_non_default_stream():
     torch.cuda.current_stream().wait_stream(stream)
     check_sum_like(total, x, torch.sum)
     check_exact(rows, torch.amax(x[: 2**23].view(1024, -1), 1))
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_single_launch_full_sums_on_concurrent_streams():
+    """Each stream's launches share that stream's arrival counter: four streams
+    at once, 20 launches each, every result equal to the one-stream result."""
+    inputs = [torch.randn(2**22 + 3 * k, device="cuda") for k in range(4)]
+    expected = [fr.sum(x) for x in inputs]
+    streams = [torch.cuda.Stream() for _ in inputs]
+    results = [[] for _ in inputs]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    for _ in range(20):
+        for stream, x, out in zip(streams, inputs, results):
+            with torch.cuda.stream(stream):
+                out.append(fr.sum(x))
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    for want, got in zip(expected, results):
+        assert all(torch.equal(want, g) for g in got)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_single_launch_graphs_replay_on_any_stream():
+    """Two captured graphs, replayed at once on two streams beside eager
+    launches: each captured launch has a counter of its own."""
+    x = torch.randn(2**23 + 7, device="cuda")
+    y = torch.randn(2**21 + 1, device="cuda")
+    want_x, want_y = fr.sum(x), fr.amax(y)
+    graphs, outs = [], []
+    for f in (lambda: fr.sum(x), lambda: fr.amax(y)):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs.append(f())
+        graphs.append(graph)
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    eager = []
+    for _ in range(10):
+        for graph, stream in zip(graphs, streams):
+            with torch.cuda.stream(stream):
+                graph.replay()
+        with torch.cuda.stream(streams[2]):
+            eager.append(fr.sum(x))
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(outs[0], want_x) and torch.equal(outs[1], want_y)
+    assert all(torch.equal(e, want_x) for e in eager)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_single_launch_without_a_free_counter():
+    """Past the pool of counters (each capture takes one for good) a launch
+    zeroes a counter in its workspace first: same results, bitwise."""
+    script = """
+import torch, fastreduce_torch as fr
+x = torch.randn(2**22 + 1, device="cuda")
+want = fr.sum(x)
+for _ in range(4100):
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fr.sum(x)
+graph.replay()
+stream = torch.cuda.Stream()
+with torch.cuda.stream(stream):
+    fresh = fr.sum(x)  # a new stream: no counter left for it either
+torch.cuda.synchronize()
+assert torch.equal(out, want) and torch.equal(fresh, want), (out, fresh, want)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]

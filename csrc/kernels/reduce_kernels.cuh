@@ -7,9 +7,9 @@
 // `len`. Large reductions are decomposed into two passes (CUB's shape): pass 1
 // folds fixed slices into accumulator partials, pass 2 folds the partials and
 // finalizes. Slicing depends only on the shape and the SM count, never on
-// timing, so results are bitwise reproducible and no atomics are needed.
-// Pass 2 is a programmatic dependent of pass 1: every kernel opens with
-// begin_pass<kFinal>().
+// timing, so results are bitwise reproducible. Rows and columns run pass 2 as
+// a programmatic dependent of pass 1 (every such kernel opens with
+// begin_pass<kFinal>()); a full reduction runs both in one launch.
 #pragma once
 
 #include "block_reduce.cuh"
@@ -33,9 +33,7 @@ __device__ __forceinline__ void store_result(const Op& op, Sink out, int64_t ind
   else out[index] = acc;
 }
 
-// Full reduction of x[0, n): each block writes out[blockIdx.x]. With one block
-// and kFinal this is the whole reduction; otherwise it is pass 1 and
-// `out` holds accumulator partials for a one-block pass 2 over them.
+// Full reductions run blocks of kAllThreads.
 constexpr int kAllThreads = 512;
 // Float accumulation is compiled for four blocks per SM (32 registers): 2048
 // threads with four 16-byte loads in flight each, the read probe's occupancy.
@@ -43,17 +41,63 @@ constexpr int kAllThreads = 512;
 template <typename Op>
 constexpr int kAllMinBlocks = std::is_same_v<typename Op::acc_t, float> ? 4 : 1;
 
-template <typename Op, typename In, typename Sink, bool kFinal>
+// x[0, n) in one block (small n).
+template <typename Op, typename In, typename Sink>
 __global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
-    reduce_all_kernel(const In* __restrict__ x, int64_t n, Sink out, Op op) {
+    reduce_all_block_kernel(const In* __restrict__ x, int64_t n, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   __shared__ Acc scratch[kWarpSize];
-  begin_pass<kFinal>();
+  Acc acc = strided_reduce<Op>(x, n, threadIdx.x, blockDim.x, Op::identity(), op);
+  acc = block_allreduce<Op>(acc, scratch);
+  if (threadIdx.x == 0) op.store(out, 0, acc);
+}
+
+// A value that another block of this launch wrote, read from L2 (L1 is not
+// coherent across SMs).
+template <typename T>
+__device__ __forceinline__ T load_from_other_block(const T* p) {
+  static_assert(sizeof(T) % sizeof(unsigned int) == 0, "accumulators are whole 32-bit words");
+  T value;
+  auto* words = reinterpret_cast<unsigned int*>(&value);
+#pragma unroll
+  for (int k = 0; k < int(sizeof(T) / sizeof(unsigned int)); ++k)
+    words[k] = __ldcg(reinterpret_cast<const unsigned int*>(p) + k);
+  return value;
+}
+
+// x[0, n) in one launch of a grid of blocks (CUB's two passes, the second
+// folded into the first): each block folds its share into
+// partials[blockIdx.x]; the last block to finish, found by counting arrivals,
+// folds the partials in index order, stores the result and sets the counter
+// back to zero for the next launch. Which block comes last varies; the
+// partials and their fold do not: bitwise reproducible.
+template <typename Op, typename In, typename Sink>
+__global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
+    reduce_all_grid_kernel(const In* __restrict__ x, int64_t n, typename Op::acc_t* partials,
+                           unsigned int* arrivals, Sink out, Op op) {
+  using Acc = typename Op::acc_t;
+  __shared__ Acc scratch[kWarpSize];
+  __shared__ bool last;
   const int64_t rank = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t team = static_cast<int64_t>(gridDim.x) * blockDim.x;
   Acc acc = strided_reduce<Op>(x, n, rank, team, Op::identity(), op);
   acc = block_allreduce<Op>(acc, scratch);
-  if (threadIdx.x == 0) store_result<kFinal>(op, out, blockIdx.x, acc);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = acc;
+    __threadfence();  // the partial is visible device-wide before the block counts itself in
+    last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
+    __threadfence();  // and the last block's reads come after every count
+  }
+  __syncthreads();
+  if (!last) return;
+  Acc total = Op::identity();
+  for (unsigned int i = threadIdx.x; i < gridDim.x; i += blockDim.x)
+    total = Op::combine(total, load_from_other_block(partials + i));
+  total = block_allreduce<Op>(total, scratch);
+  if (threadIdx.x == 0) {
+    op.store(out, 0, total);
+    *arrivals = 0;
+  }
 }
 
 // Rows of a (rows, row_len) matrix, each cut into `splits` segments of `chunk`

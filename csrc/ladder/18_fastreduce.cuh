@@ -1,9 +1,9 @@
 // Rung 18: the project's own kernel, the one torch.ops.fastreduce.sum runs.
 // Against rung 14: 16-byte loads with four vectors in flight per thread, one
 // wave of four 512-thread blocks per SM, a butterfly block reduce, and one
-// block finishing the partials, launched as a programmatic dependent of the
-// first pass (Hopper) so its launch hides behind the first pass's tail:
-// deterministic, no atomics, no memset.
+// launch: the last block to finish (one atomic per block on a counter that
+// the kernel resets) folds the partials in a fixed order: deterministic, no
+// second launch, no memset.
 #pragma once
 #include "../launch/reduce.h"
 #include "rung.cuh"

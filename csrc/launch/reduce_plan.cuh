@@ -9,15 +9,16 @@
 #include <type_traits>
 
 #include "../kernels/reduce_kernels.cuh"
+#include "arrival_counters.h"
 #include "launch.h"
 #include "reduce.h"
 
 namespace fastreduce {
 namespace reduce_plan {
 
-constexpr int kFinishThreads = 256;   // pass 2 folds at most 4 * SMs partials
 constexpr int kRowThreads = 512;
 constexpr int kRowBlocksPerSm = 4;
+constexpr int kRowVecsPerThread = 8;    // unsplit long rows: vectors per thread at least
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
 constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
 constexpr int kColumnBlocksPerSm = 8;
@@ -31,15 +32,16 @@ struct Plan {
   int64_t chunk;     // elements of `len` per segment
   int team;          // Rows: lanes per row, 0 for a whole block
   int vec;           // Columns: columns per thread
+  int threads = kRowThreads;  // Rows with a whole block per segment: its size
 };
 
-// Resident blocks per SM of the full reduction's pass 1: the grid is one
-// wave of them, so no block waits for a second wave.
+// Resident blocks per SM of the full reduction's grid kernel: the grid is
+// one wave of them, so no block waits for a second wave (nor does the last).
 template <typename Op, typename In>
 int full_blocks_per_sm() {
   static const int blocks = [] {
     int resident = 0;
-    const auto kernel = reduce_all_kernel<Op, In, typename Op::acc_t*, false>;
+    const auto kernel = reduce_all_grid_kernel<Op, In, typename Op::acc_t*>;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kAllThreads, 0) == cudaSuccess
                ? std::max(resident, 1) : 1;
   }();
@@ -50,8 +52,8 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
   const int64_t vec = 16 / elem_size;
   if (p.outer == 1 && p.inner == 1) {
     // One wave of blocks, each thread with 4 vectors in flight; up to four
-    // blocks' worth, one block alone (one launch: a second pass would cost
-    // the host more than the block's extra rounds cost the GPU).
+    // blocks' worth, one block alone (its extra rounds cost less than the
+    // grid's partials and counter).
     const int64_t per_block = kAllThreads * vec * 4;
     const int64_t blocks = p.len <= 4 * per_block
                                ? 1
@@ -66,10 +68,19 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
       while (team < 32 && team * 4 < vecs) team *= 2;
       return {Plan::Layout::Rows, 1, p.len, team, 1};
     }
-    int64_t segments = 1;
     const int64_t target = int64_t(sm_count) * kRowBlocksPerSm;
-    if (p.outer < target)
-      segments = std::min(ceil_div(target, p.outer), std::max<int64_t>(p.len / kMinSegment, 1));
+    if (p.outer >= target) {
+      // Rows enough to fill the GPU unsplit: the fewest threads per row that
+      // still give each kRowVecsPerThread vectors, so the loads, not the
+      // block's combine tree (ten levels of a Welford merge or a rescale
+      // at 512 threads), set the pace; a warp per row at the least.
+      const int64_t vecs = ceil_div(p.len, vec);
+      int threads = kRowThreads;
+      while (threads > kWarpSize && int64_t(threads) * kRowVecsPerThread > vecs) threads /= 2;
+      if (threads == kWarpSize) return {Plan::Layout::Rows, 1, p.len, kWarpSize, 1};
+      return {Plan::Layout::Rows, 1, p.len, 0, 1, threads};
+    }
+    const int64_t segments = std::min(ceil_div(target, p.outer), std::max<int64_t>(p.len / kMinSegment, 1));
     // Keep segment starts 16-byte aligned whenever the rows are.
     const int64_t chunk = ceil_div(ceil_div(p.len, segments), vec) * vec;
     return {Plan::Layout::Rows, ceil_div(p.len, chunk), chunk, 0, 1};
@@ -93,8 +104,8 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t
   auto run = [&](auto team) {
     constexpr int kTeam = decltype(team)::value;
     const int64_t grid = kTeam == 0 ? segments : ceil_div(segments, kRowThreads / kTeam);
-    return launch_kernel(reduce_rows_kernel<Op, In, Sink, kFinal, kTeam>, grid, kRowThreads, 0, stream, after, x,
-                         rows, row_len, splits, plan.chunk, out, op);
+    return launch_kernel(reduce_rows_kernel<Op, In, Sink, kFinal, kTeam>, grid, kTeam == 0 ? plan.threads : kRowThreads,
+                         0, stream, after, x, rows, row_len, splits, plan.chunk, out, op);
   };
   switch (plan.team) {
     case 4: return run(std::integral_constant<int, 4>{});
@@ -110,15 +121,19 @@ Plan plan_for(const ReduceProblem& p, int sm_count) {
   return make_plan(p, sizeof(In), sm_count, full_blocks_per_sm<Op, In>());
 }
 
-// Workspace of run_reduction<Op, In> for p: the first pass's partials.
+// Workspace of run_reduction<Op, In> for p: the first pass's partials, and
+// for a full reduction room for a counter after them.
 template <typename Op, typename In>
 size_t workspace_bytes(const ReduceProblem& p, int sm_count) {
   const Plan plan = plan_for<Op, In>(p, sm_count);
-  return plan.segments > 1 ? plan.segments * p.outer * p.inner * sizeof(typename Op::acc_t) : 0;
+  if (plan.segments == 1) return 0;
+  const size_t partials = plan.segments * p.outer * p.inner * sizeof(typename Op::acc_t);
+  return plan.layout == Plan::Layout::All ? partials + sizeof(unsigned int) : partials;
 }
 
 // Reduces p with `op`, storing to `out`; the partials of a two-pass plan go
-// to `workspace` and a second pass folds them (CombinePartials).
+// to `workspace` and a second pass folds them (CombinePartials), or for a
+// full reduction the last block of the one launch does.
 template <typename Op, typename In, typename Sink>
 cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* workspace, int sm_count,
                           cudaStream_t stream) {
@@ -131,15 +146,18 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
 
   cudaError_t err = cudaSuccess;
   switch (plan.layout) {
-    case Plan::Layout::All:
+    case Plan::Layout::All: {
       if (!two_pass)
-        return launch_kernel(reduce_all_kernel<Op, In, Sink, true>, 1, kAllThreads, 0, stream, After::Stream, x, p.len,
-                             out, op);
-      err = launch_kernel(reduce_all_kernel<Op, In, Acc*, false>, plan.segments, kAllThreads, 0, stream,
-                          After::Stream, x, p.len, partials, op);
-      if (err != cudaSuccess) return err;
-      return launch_kernel(reduce_all_kernel<CombinePartials<Op>, Acc, Sink, true>, 1, kFinishThreads, 0, stream,
-                           After::Producer, partials, plan.segments, out, finish_op);
+        return launch_kernel(reduce_all_block_kernel<Op, In, Sink>, 1, kAllThreads, 0, stream, After::Stream, x,
+                             p.len, out, op);
+      unsigned int* arrivals = arrival_counter(stream);
+      if (arrivals == nullptr) {
+        arrivals = reinterpret_cast<unsigned int*>(partials + plan.segments);
+        if ((err = cudaMemsetAsync(arrivals, 0, sizeof(unsigned int), stream)) != cudaSuccess) return err;
+      }
+      return launch_kernel(reduce_all_grid_kernel<Op, In, Sink>, plan.segments, kAllThreads, 0, stream,
+                           After::Stream, x, p.len, partials, arrivals, out, op);
+    }
     case Plan::Layout::Rows: {
       if (!two_pass) return launch_rows<true>(plan, p.outer, p.len, 1, x, out, op, After::Stream, stream);
       err = launch_rows<false>(plan, p.outer, p.len, plan.segments, x, partials, op, After::Stream, stream);
