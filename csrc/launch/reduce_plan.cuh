@@ -37,11 +37,11 @@ struct Plan {
 
 // Resident blocks per SM of the full reduction's grid kernel: the grid is
 // one wave of them, so no block waits for a second wave (nor does the last).
-template <typename Op, typename In>
+template <typename Op, typename In, typename Sink>
 int full_blocks_per_sm() {
   static const int blocks = [] {
     int resident = 0;
-    const auto kernel = reduce_all_grid_kernel<Op, In, typename Op::acc_t*>;
+    const auto kernel = reduce_all_grid_kernel<Op, In, Sink>;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kAllThreads, 0) == cudaSuccess
                ? std::max(resident, 1) : 1;
   }();
@@ -116,16 +116,16 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t
   }
 }
 
-template <typename Op, typename In>
+template <typename Op, typename In, typename Sink>
 Plan plan_for(const ReduceProblem& p, int sm_count) {
-  return make_plan(p, sizeof(In), sm_count, full_blocks_per_sm<Op, In>());
+  return make_plan(p, sizeof(In), sm_count, full_blocks_per_sm<Op, In, Sink>());
 }
 
-// Workspace of run_reduction<Op, In> for p: the first pass's partials, and
-// for a full reduction room for a counter after them.
-template <typename Op, typename In>
+// Workspace of run_reduction<Op, In, Sink> for p: the first pass's
+// partials, and for a full reduction room for a counter after them.
+template <typename Op, typename In, typename Sink>
 size_t workspace_bytes(const ReduceProblem& p, int sm_count) {
-  const Plan plan = plan_for<Op, In>(p, sm_count);
+  const Plan plan = plan_for<Op, In, Sink>(p, sm_count);
   if (plan.segments == 1) return 0;
   const size_t partials = plan.segments * p.outer * p.inner * sizeof(typename Op::acc_t);
   return plan.layout == Plan::Layout::All ? partials + sizeof(unsigned int) : partials;
@@ -141,7 +141,7 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
   const auto* x = static_cast<const In*>(p.input);
   auto* partials = static_cast<Acc*>(workspace);
   const CombinePartials<Op> finish_op{op};
-  const Plan plan = plan_for<Op, In>(p, sm_count);
+  const Plan plan = plan_for<Op, In, Sink>(p, sm_count);
   const bool two_pass = plan.segments > 1;
 
   cudaError_t err = cudaSuccess;
@@ -207,8 +207,9 @@ Sink make_sink(const ReduceProblem& p, void* output) {
 template <typename Visit>
 size_t family_workspace_bytes(const ReduceProblem& problem, int sm_count, Visit&& visit) {
   size_t bytes = 0;
-  visit(problem, [&](auto op, auto in, auto) {
-    bytes = workspace_bytes<decltype(op), typename decltype(in)::type>(problem, sm_count);
+  visit(problem, [&](auto op, auto in, auto sink) {
+    bytes = workspace_bytes<decltype(op), typename decltype(in)::type, typename decltype(sink)::type>(problem,
+                                                                                                       sm_count);
     return cudaSuccess;
   });
   return bytes;
