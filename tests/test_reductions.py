@@ -1,5 +1,8 @@
 """sum/mean/prod/amax/amin against torch and a float64 reference."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
