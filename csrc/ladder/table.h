@@ -24,7 +24,7 @@
   ROW(cub_device_reduce, "CUB DeviceReduce::Sum", true)                                                 \
   ROW(recursive_multipass, "1024-element tiles, the same kernel relaunched on the partials", true)      \
   ROW(two_stage_coarsened, "16 loads per thread, warp then block shuffle stages, recursive", true)      \
-  ROW(fastreduce, "the project's kernel: 16-byte loads, 4 in flight, two passes, the second a dependent launch", true)
+  ROW(fastreduce, "the project's kernel: 16-byte loads, 4 in flight, one launch: the last block to finish folds the partials", true)
 
 namespace fastreduce {
 
