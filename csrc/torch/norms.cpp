@@ -1,19 +1,50 @@
 // layer_norm, rms_norm (each also fused with the residual add), softmax and
 // causal_softmax: argument checks, shapes and the (rows, n) view the kernels
 // take; the CPU and CUDA backends do the rest.
+#include "norm_args.h"
+
 #include "common.h"
 #include "ops.h"
 
 #include <limits>
 
 namespace fastreduce {
-namespace {
 
 void check_floating(const at::Tensor& t, const char* op, const char* argument) {
   const auto type = t.scalar_type();
   TORCH_CHECK(type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16, op,
               ": unsupported dtype ", to_text(type), " for argument '", argument, "'; expected a floating dtype");
 }
+
+bool is_half_type(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
+
+// Parameters match the input's dtype, or are float32 beside float16/bfloat16
+// activations (mixed precision), as torch accepts.
+void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                 const char* op, const char* argument) {
+  if (!param.has_value() || !param->defined()) return;
+  TORCH_CHECK(param->device() == input.device(), op, ": argument '", argument, "' is on ", to_text(param->device()),
+              " but 'input' is on ", to_text(input.device()));
+  const bool mixed = param->scalar_type() == at::kFloat && is_half_type(input.scalar_type());
+  TORCH_CHECK(param->scalar_type() == input.scalar_type() || mixed, op, ": argument '", argument, "' has dtype ",
+              to_text(param->scalar_type()), " but 'input' has dtype ", to_text(input.scalar_type()),
+              "; expected the same dtype, or float32 parameters with float16/bfloat16 input");
+  TORCH_CHECK(param->sizes() == normalized_shape, op, ": argument '", argument, "' has shape ", to_text(param->sizes()),
+              " but normalized_shape is ", to_text(normalized_shape));
+}
+
+const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? &*t : nullptr;
+}
+
+// The kernels take the parameters in the input's dtype (a copy of n elements
+// for float32 parameters beside half activations), undefined for none.
+at::Tensor kernel_param(const std::optional<at::Tensor>& t, const at::Tensor& input) {
+  const at::Tensor* defined = defined_or_null(t);
+  return defined ? defined->to(input.scalar_type()).contiguous() : at::Tensor();
+}
+
+namespace {
 
 void check_like(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
                 const char* reference_name) {
@@ -41,27 +72,6 @@ std::pair<int64_t, int64_t> layer_norm_rows(const at::Tensor& input, at::IntArra
   return {n == 0 ? 0 : input.numel() / n, n};
 }
 
-bool is_half_type(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
-
-// Parameters match the input's dtype, or are float32 beside float16/bfloat16
-// activations (mixed precision), as torch accepts.
-void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
-                 const char* op, const char* argument) {
-  if (!param.has_value() || !param->defined()) return;
-  TORCH_CHECK(param->device() == input.device(), op, ": argument '", argument, "' is on ", to_text(param->device()),
-              " but 'input' is on ", to_text(input.device()));
-  const bool mixed = param->scalar_type() == at::kFloat && is_half_type(input.scalar_type());
-  TORCH_CHECK(param->scalar_type() == input.scalar_type() || mixed, op, ": argument '", argument, "' has dtype ",
-              to_text(param->scalar_type()), " but 'input' has dtype ", to_text(input.scalar_type()),
-              "; expected the same dtype, or float32 parameters with float16/bfloat16 input");
-  TORCH_CHECK(param->sizes() == normalized_shape, op, ": argument '", argument, "' has shape ", to_text(param->sizes()),
-              " but normalized_shape is ", to_text(normalized_shape));
-}
-
-const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined() ? &*t : nullptr;
-}
-
 bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                      const std::optional<at::Tensor>& bias) {
   const at::Tensor* w = defined_or_null(weight);
@@ -77,13 +87,6 @@ at::Tensor stats_tensor(const at::Tensor& input, int64_t k, bool widen_half) {
   shape.insert(shape.end(), k, 1);
   const bool widen = (widen_half || input.is_cuda()) && input.scalar_type() != at::kDouble;
   return at::empty(shape, input.options().dtype(widen ? at::kFloat : input.scalar_type()));
-}
-
-// The kernels take the parameters in the input's dtype (a copy of n elements
-// for float32 parameters beside half activations), undefined for none.
-at::Tensor kernel_param(const std::optional<at::Tensor>& t, const at::Tensor& input) {
-  const at::Tensor* defined = defined_or_null(t);
-  return defined ? defined->to(input.scalar_type()).contiguous() : at::Tensor();
 }
 
 // The parameter and residual checks, the outputs, and the backend call of a

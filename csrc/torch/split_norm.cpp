@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common.h"
+#include "norm_args.h"
 #include "ops.h"
 #include "reduction.h"
 
@@ -15,10 +16,8 @@ at::ScalarType acc_type(const at::Tensor& input) {
   return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-void check_floating_input(const at::Tensor& input, const char* op) {
-  const auto type = input.scalar_type();
-  TORCH_CHECK(type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16, op,
-              ": unsupported dtype ", to_text(type), " for argument 'input'; expected a floating dtype");
+void check_input(const at::Tensor& input, const char* op) {
+  check_floating(input, op, "input");
   TORCH_CHECK(input.dim() >= 1, op, ": argument 'input' must have at least one dimension");
 }
 
@@ -33,28 +32,13 @@ void check_statistic(const at::Tensor& t, const at::Tensor& input, const char* o
               to_text(t.sizes()), ", expected ", to_text(input.sizes().slice(0, input.dim() - 1)));
 }
 
-// weight/bias: (n,), the input's dtype or float32 beside half input.
-at::Tensor kernel_param(const std::optional<at::Tensor>& param, const at::Tensor& input, const char* op,
-                        const char* argument) {
-  if (!param.has_value() || !param->defined()) return {};
-  const auto type = input.scalar_type();
-  const bool mixed = param->scalar_type() == at::kFloat && (type == at::kHalf || type == at::kBFloat16);
-  TORCH_CHECK(param->device() == input.device(), op, ": argument '", argument, "' is on ",
-              to_text(param->device()), " but 'input' is on ", to_text(input.device()));
-  TORCH_CHECK(param->scalar_type() == type || mixed, op, ": argument '", argument, "' has dtype ",
-              to_text(param->scalar_type()), " but 'input' has dtype ", to_text(type));
-  TORCH_CHECK(param->dim() == 1 && param->size(0) == input.size(-1), op, ": argument '", argument, "' has shape ",
-              to_text(param->sizes()), ", expected [", to_text(input.size(-1)), "]");
-  return param->to(type).contiguous();
-}
-
 }  // namespace
 
 // var_mean over the last dim with correction 0, kept in the accumulator
 // type (a bfloat16 mean would round away what the merge needs).
 std::tuple<at::Tensor, at::Tensor> backend::row_moments(const at::Tensor& input) {
   const char* op = "_row_moments";
-  check_floating_input(input, op);
+  check_input(input, op);
   const auto shape = input.sizes().slice(0, input.dim() - 1);
   const auto options = input.options().dtype(acc_type(input));
   if (input.numel() == 0) {
@@ -75,7 +59,7 @@ at::Tensor backend::normalize_rows(const at::Tensor& input, const std::optional<
                                    const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                                    const std::optional<at::Tensor>& bias) {
   const char* op = "_normalize_rows";
-  check_floating_input(input, op);
+  check_input(input, op);
   const bool centered = mean.has_value() && mean->defined();
   if (centered) check_statistic(*mean, input, op, "mean");
   check_statistic(rstd, input, op, "rstd");
@@ -83,10 +67,12 @@ at::Tensor backend::normalize_rows(const at::Tensor& input, const std::optional<
   t.x = input.contiguous();
   if (centered) t.mean = mean->contiguous();
   t.rstd = rstd.contiguous();
-  t.weight = kernel_param(weight, input, op, "weight");
-  t.bias = kernel_param(bias, input, op, "bias");
-  t.y = at::empty_like(t.x);
   const int64_t n = input.size(-1);
+  check_param(weight, input, {n}, op, "weight");
+  check_param(bias, input, {n}, op, "bias");
+  t.weight = kernel_param(weight, input);
+  t.bias = kernel_param(bias, input);
+  t.y = at::empty_like(t.x);
   if (t.x.numel() == 0) return t.y;
   if (t.x.is_cuda()) {
     normalize_rows_cuda(t, t.x.numel() / n, n);
