@@ -205,7 +205,8 @@ cudaError_t normalize_rows(const NormShape& shape, const NormApply& io, int sm_c
     auto launch = [&](auto vec) {
       constexpr int kVec = decltype(vec)::value;
       const int64_t packs = shape.rows * shape.n / kVec;
-      const int64_t blocks = std::min<int64_t>(ceil_div(packs, kNormalizeThreads), int64_t(sm_count) * kNormalizeBlocksPerSm);
+      const int64_t blocks =
+          std::min<int64_t>(ceil_div(packs, kNormalizeThreads), int64_t(sm_count) * kNormalizeBlocksPerSm);
       normalize_rows_kernel<T, kVec><<<blocks, kNormalizeThreads, 0, stream>>>(a);
       return cudaGetLastError();
     };
