@@ -110,6 +110,27 @@ def test_dims_all_dtypes(device, dtype, dim):
     check_exact(fr.amin(x, dim), torch.amin(x, dim))
 
 
+# Shapes reaching each plan: tall columns of every tile width (narrow
+# matrices take narrower tiles, packed or not), few long rows split over
+# several blocks each (one launch), rows just past the team length.
+PLAN_SHAPES = [(4099, 2), (8191, 4), (20000, 24), (9000, 48), (5000, 96), (65536, 128), (3000, 130), (2049, 768),
+               (1, 2**18 + 5), (3, 70001), (128, 65536), (300, 9000), (600, 1025)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", PLAN_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_plan_shapes(device, shape, dtype):
+    x = random_tensor(shape, dtype, device)
+    for dim in (0, 1):
+        if dtype.is_floating_point:
+            check_sum_like(fr.sum(x, dim), x, lambda t: torch.sum(t, dim))
+        else:
+            check_exact(fr.sum(x, dim), torch.sum(x, dim))
+        check_exact(fr.amax(x, dim), torch.amax(x, dim))
+    check_exact(fr.amin(offset_view(x, 1), 1), torch.amin(offset_view(x, 1), 1))
+
+
 LAYOUTS = {
     "transposed": lambda x: x.transpose(0, 2),
     "sliced": lambda x: x[1:, ::2, 3:],
@@ -323,11 +344,13 @@ def test_non_default_stream():
 
 @requires_cuda
 @pytest.mark.cuda
-def test_single_launch_full_sums_on_concurrent_streams():
-    """Each stream's launches share that stream's arrival counter: four streams
-    at once, 20 launches each, every result equal to the one-stream result."""
+def test_single_launch_reductions_on_concurrent_streams():
+    """Each stream's launches share that stream's arrival counters: four streams
+    at once, 20 launches each of a full sum and of few long rows (split rows),
+    every result equal to the one-stream result."""
     inputs = [torch.randn(2**22 + 3 * k, device="cuda") for k in range(4)]
-    expected = [fr.sum(x) for x in inputs]
+    reduce = [fr.sum, lambda x: fr.sum(x[: 100 * 40000].view(100, -1), 1)]
+    expected = [[f(x) for f in reduce] for x in inputs]
     streams = [torch.cuda.Stream() for _ in inputs]
     results = [[] for _ in inputs]
     for stream in streams:
@@ -335,11 +358,11 @@ def test_single_launch_full_sums_on_concurrent_streams():
     for _ in range(20):
         for stream, x, out in zip(streams, inputs, results):
             with torch.cuda.stream(stream):
-                out.append(fr.sum(x))
+                out.append([f(x) for f in reduce])
     for stream in streams:
         torch.cuda.current_stream().wait_stream(stream)
     for want, got in zip(expected, results):
-        assert all(torch.equal(want, g) for g in got)
+        assert all(torch.equal(w, g) for outs in got for w, g in zip(want, outs))
 
 
 @requires_cuda
@@ -348,10 +371,10 @@ def test_single_launch_graphs_replay_on_any_stream():
     """Two captured graphs, replayed at once on two streams beside eager
     launches: each captured launch has a counter of its own."""
     x = torch.randn(2**23 + 7, device="cuda")
-    y = torch.randn(2**21 + 1, device="cuda")
-    want_x, want_y = fr.sum(x), fr.amax(y)
+    y = torch.randn(37, 2**16 + 1, device="cuda")
+    want_x, want_y = fr.sum(x), fr.amax(y, 1)
     graphs, outs = [], []
-    for f in (lambda: fr.sum(x), lambda: fr.amax(y)):
+    for f in (lambda: fr.sum(x), lambda: fr.amax(y, 1)):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outs.append(f())
@@ -375,20 +398,21 @@ def test_single_launch_graphs_replay_on_any_stream():
 @requires_cuda
 @pytest.mark.cuda
 def test_single_launch_without_a_free_counter():
-    """Past the pool of counters (each capture takes one for good) a launch
-    zeroes a counter in its workspace first: same results, bitwise."""
+    """Past the pool of counters (each capture takes its own for good: here
+    one per row of 256 split rows) a launch zeroes counters in its workspace
+    first: same results, bitwise."""
     script = """
 import torch, fastreduce_torch as fr
-x = torch.randn(2**22 + 1, device="cuda")
-want = fr.sum(x)
-for _ in range(4100):
+x = torch.randn(256, 2**15 + 1, device="cuda")
+want = fr.sum(x, 1)
+for _ in range(1100):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = fr.sum(x)
+        out = fr.sum(x, 1)
 graph.replay()
 stream = torch.cuda.Stream()
 with torch.cuda.stream(stream):
-    fresh = fr.sum(x)  # a new stream: no counter left for it either
+    fresh = fr.sum(x, 1)  # a new stream: no counters left for it either
 torch.cuda.synchronize()
 assert torch.equal(out, want) and torch.equal(fresh, want), (out, fresh, want)
 print("ok")

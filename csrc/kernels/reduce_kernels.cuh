@@ -7,9 +7,10 @@
 // `len`. Large reductions are decomposed into two passes (CUB's shape): pass 1
 // folds fixed slices into accumulator partials, pass 2 folds the partials and
 // finalizes. Slicing depends only on the shape and the SM count, never on
-// timing, so results are bitwise reproducible. Rows and columns run pass 2 as
-// a programmatic dependent of pass 1 (every such kernel opens with
-// begin_pass<kFinal>()); a full reduction runs both in one launch.
+// timing, so results are bitwise reproducible. Full reductions and split rows
+// run both passes in one launch (the last block of a row folds its
+// partials); columns run pass 2 as a programmatic dependent of pass 1 (the
+// column kernel opens with begin_pass<kFinal>()).
 #pragma once
 
 #include "block_reduce.cuh"
@@ -65,96 +66,104 @@ __device__ __forceinline__ T load_from_other_block(const T* p) {
   return value;
 }
 
-// x[0, n) in one launch of a grid of blocks (CUB's two passes, the second
-// folded into the first): each block folds its share into
-// partials[blockIdx.x]; the last block to finish, found by counting arrivals,
-// folds the partials in index order, stores the result and sets the counter
-// back to zero for the next launch. Which block comes last varies; the
-// partials and their fold do not: bitwise reproducible.
-template <typename Op, typename In, typename Sink>
-__global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
-    reduce_all_grid_kernel(const In* __restrict__ x, int64_t n, typename Op::acc_t* partials,
-                           unsigned int* arrivals, Sink out, Op op) {
-  using Acc = typename Op::acc_t;
-  __shared__ Acc scratch[kWarpSize];
+// Called by every thread of a block once it has stored its share of the
+// block's partials: whether this block is the last of `blocks` to count
+// itself in at *counter. The last one sets the counter back to zero (every
+// block has counted itself in) for the next launch.
+__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int blocks) {
   __shared__ bool last;
-  const int64_t rank = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t team = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  Acc acc = strided_reduce<Op>(x, n, rank, team, Op::identity(), op);
-  acc = block_allreduce<Op>(acc, scratch);
+  __threadfence();  // the partials are visible device-wide before the block counts itself in
+  __syncthreads();
   if (threadIdx.x == 0) {
-    partials[blockIdx.x] = acc;
-    __threadfence();  // the partial is visible device-wide before the block counts itself in
-    last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
+    last = atomicAdd(counter, 1u) == blocks - 1;
+    if (last) *counter = 0;
     __threadfence();  // and the last block's reads come after every count
   }
   __syncthreads();
-  if (!last) return;
-  Acc total = Op::identity();
-  for (unsigned int i = threadIdx.x; i < gridDim.x; i += blockDim.x)
-    total = Op::combine(total, load_from_other_block(partials + i));
-  total = block_allreduce<Op>(total, scratch);
-  if (threadIdx.x == 0) {
-    op.store(out, 0, total);
-    *arrivals = 0;
-  }
+  return last;
 }
 
-// Rows of a (rows, row_len) matrix, each cut into `splits` segments of `chunk`
-// elements. A segment is reduced by a team of kTeam lanes (short rows; a power
-// of two up to 32) or, with kTeam == 0, by the whole block, and writes
-// out[row * splits + segment].
-template <typename Op, typename In, typename Sink, bool kFinal, int kTeam>
-__global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len,
-                                   int64_t splits, int64_t chunk, Sink out, Op op) {
+// Rows of x (row_len elements each, blockIdx.y the row) in one launch of
+// gridDim.x blocks a row (CUB's two passes, the second folded into the
+// first): each block folds its interleaved share of the row into
+// partials[row * gridDim.x + blockIdx.x]; the row's last block to finish,
+// found by counting arrivals at arrivals[row], folds the row's partials in
+// index order and stores out[row]. Which block comes last varies; the
+// partials and their fold do not: bitwise reproducible. A full reduction is
+// one row.
+template <typename Op, typename In, typename Sink>
+__global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
+    reduce_split_rows_kernel(const In* __restrict__ x, int64_t row_len, typename Op::acc_t* partials,
+                             unsigned int* arrivals, Sink out, Op op) {
+  using Acc = typename Op::acc_t;
+  __shared__ Acc scratch[kWarpSize];
+  const int64_t row = blockIdx.y;
+  const int64_t rank = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t team = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  Acc acc = strided_reduce<Op>(x + row * row_len, row_len, rank, team, Op::identity(), op);
+  acc = block_allreduce<Op>(acc, scratch);
+  Acc* row_partials = partials + row * gridDim.x;
+  if (threadIdx.x == 0) row_partials[blockIdx.x] = acc;
+  if (!last_to_arrive(arrivals + row, gridDim.x)) return;
+  Acc total = Op::identity();
+  for (unsigned int i = threadIdx.x; i < gridDim.x; i += blockDim.x)
+    total = Op::combine(total, load_from_other_block(row_partials + i));
+  total = block_allreduce<Op>(total, scratch);
+  if (threadIdx.x == 0) op.store(out, row, total);
+}
+
+// Whole rows of a (rows, row_len) matrix, each reduced by a team of kTeam
+// lanes (short rows; a power of two up to 32) or, with kTeam == 0, by the
+// whole block.
+template <typename Op, typename In, typename Sink, int kTeam>
+__global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   constexpr bool kWholeBlock = kTeam == 0;
   __shared__ Acc scratch[kWarpSize];
-  begin_pass<kFinal>();
-  const int64_t segment =
+  const int64_t row =
       kWholeBlock ? blockIdx.x : static_cast<int64_t>(blockIdx.x) * (blockDim.x / kTeam) + threadIdx.x / kTeam;
-  // Lanes past the last segment still join the shuffles, with nothing to read.
-  const bool valid = segment < rows * splits;
+  // Lanes past the last row still join the shuffles, with nothing to read.
+  const bool valid = row < rows;
   const int64_t rank = kWholeBlock ? threadIdx.x : threadIdx.x % kTeam;
   const int64_t team = kWholeBlock ? blockDim.x : kTeam;
-  const int64_t row = segment / splits;
-  const int64_t start = (segment % splits) * chunk;
-  const int64_t length = !valid ? 0 : start + chunk < row_len ? chunk : row_len - start;
-  Acc acc = strided_reduce<Op>(x + (valid ? row * row_len + start : 0), length, rank, team, Op::identity(), op,
-                               start);
+  Acc acc = strided_reduce<Op>(x + (valid ? row * row_len : 0), valid ? row_len : 0, rank, team, Op::identity(), op);
   if constexpr (kWholeBlock) acc = block_allreduce<Op>(acc, scratch);
   else acc = warp_allreduce<Op, kTeam>(acc);
-  if (valid && rank == 0) store_result<kFinal>(op, out, segment, acc);
+  if (valid && rank == 0) op.store(out, row, acc);
 }
 
-constexpr int kColumnTile = 32;    // threads across the columns of a tile: one warp
-constexpr int kColumnLanes = 8;    // rows a block walks at once
-constexpr int kColumnThreads = kColumnTile * kColumnLanes;
+constexpr int kColumnTile = 32;  // threads across the columns of a tile at most: one warp
+constexpr int kColumnThreads = 256;
 // The second pass walks the partials of a tall column (hundreds of segments)
 // with 32 rows at once: latency, not bandwidth, bounds it.
-constexpr int kFinishColumnLanes = 32;
+constexpr int kFinishColumnThreads = 1024;
 
 // Columns of an (outer, len, inner) view: out[(o * splits + s) * inner + i] folds
 // x[o, r, i] for r in segment s. blockIdx.x enumerates (o, column tile),
-// blockIdx.y the segment. Each thread owns kVec adjacent columns and loads
-// them as one vector (kVec > 1 needs inner % kVec == 0 and an aligned x), so a
-// warp reads 32 * kVec consecutive elements of a row; kLanes warps walk the
-// rows.
-template <typename Op, typename In, typename Sink, bool kFinal, int kVec, int kLanes = kColumnLanes>
-__global__ void __launch_bounds__(kColumnTile * kLanes)
+// blockIdx.y the segment. A tile is `tile_threads` threads across (a power
+// of two from 2 to 32, fewer for narrow matrices so that no lane idles), each
+// owning kVec adjacent columns loaded as one vector (kVec > 1 needs
+// inner % kVec == 0 and an aligned x); the block's kThreads / tile_threads
+// lanes of them walk the rows and then fold their partials as a tree.
+template <typename Op, typename In, typename Sink, bool kFinal, int kVec, int kThreads = kColumnThreads>
+__global__ void __launch_bounds__(kThreads)
     reduce_columns_kernel(const In* __restrict__ x, int64_t len, int64_t inner, int64_t splits,
-                          int64_t chunk, Sink out, Op op) {
+                          int64_t chunk, int tile_threads, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   using Pack = VecN<In, kVec>;
-  constexpr int kTileColumns = kColumnTile * kVec;
   constexpr int kUnroll = 4;
-  __shared__ Acc partial[kLanes][kTileColumns + 1];
+  // lanes rows of tile_columns + 1 (the pad spreads a column's lanes over
+  // banks); tile_threads >= 2 keeps the pads within kThreads / 2.
+  __shared__ Acc partial[kThreads * kVec + kThreads / 2];
   begin_pass<kFinal>();
-  const int tx = threadIdx.x % kColumnTile;
-  const int ty = threadIdx.x / kColumnTile;
-  const int64_t tiles = (inner + kTileColumns - 1) / kTileColumns;
+  const int lanes = kThreads / tile_threads;
+  const int tile_columns = tile_threads * kVec;
+  const int pitch = tile_columns + 1;
+  const int tx = threadIdx.x % tile_threads;
+  const int ty = threadIdx.x / tile_threads;
+  const int64_t tiles = (inner + tile_columns - 1) / tile_columns;
   const int64_t o = blockIdx.x / tiles;
-  const int64_t tile_start = (blockIdx.x % tiles) * kTileColumns;
+  const int64_t tile_start = (blockIdx.x % tiles) * tile_columns;
   const int64_t column = tile_start + tx * kVec;
   const int64_t segment = blockIdx.y;
   const int64_t begin = segment * chunk;
@@ -166,29 +175,32 @@ __global__ void __launch_bounds__(kColumnTile * kLanes)
   if (column < inner) {
     const auto* packs = reinterpret_cast<const Pack*>(x + o * len * inner + column);
     const int64_t row_stride = inner / kVec;
-    for (int64_t base = begin + ty; base < end; base += kUnroll * kLanes) {
+    for (int64_t base = begin + ty; base < end; base += kUnroll * lanes) {
       Pack v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kLanes < end) v[u] = packs[(base + u * kLanes) * row_stride];
+        if (base + u * lanes < end) v[u] = packs[(base + u * lanes) * row_stride];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kLanes < end) {
+        if (base + u * lanes < end) {
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) acc[k] = op.fold(acc[k], v[u].elem[k], base + u * kLanes);
+          for (int k = 0; k < kVec; ++k) acc[k] = op.fold(acc[k], v[u].elem[k], base + u * lanes);
         }
     }
   }
+  Acc* mine = partial + ty * pitch + tx * kVec;
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) partial[ty][tx * kVec + k] = acc[k];
+  for (int k = 0; k < kVec; ++k) mine[k] = acc[k];
   __syncthreads();
-  for (int c = threadIdx.x; c < kTileColumns; c += kColumnTile * kLanes) {
-    if (tile_start + c >= inner) break;
-    Acc total = partial[0][c];
+  for (int half = lanes / 2; half > 0; half /= 2) {
+    if (ty < half) {
 #pragma unroll
-    for (int k = 1; k < kLanes; ++k) total = Op::combine(total, partial[k][c]);
-    store_result<kFinal>(op, out, (o * splits + segment) * inner + tile_start + c, total);
+      for (int k = 0; k < kVec; ++k) mine[k] = Op::combine(mine[k], mine[half * pitch + k]);
+    }
+    __syncthreads();
   }
+  for (int c = threadIdx.x; c < tile_columns && tile_start + c < inner; c += kThreads)
+    store_result<kFinal>(op, out, (o * splits + segment) * inner + tile_start + c, partial[c]);
 }
 
 }  // namespace fastreduce

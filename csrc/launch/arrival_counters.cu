@@ -6,22 +6,24 @@
 namespace fastreduce {
 namespace {
 
-constexpr int kCounters = 4096;
-// Zero when the module loads, on every device; each use returns it to zero.
+constexpr int64_t kCounters = int64_t(1) << 18;  // 1 MiB a device
+// Zero when the module loads, on every device; each use returns them to zero.
 __device__ unsigned int counters[kCounters];
 
 struct DeviceCounters {
   unsigned int* base = nullptr;
-  int handed_out = 0;
-  std::unordered_map<cudaStream_t, int> of_stream;
+  int64_t handed_out = 0;
+  std::unordered_map<cudaStream_t, int64_t> of_stream;
 };
 
 }  // namespace
 
-unsigned int* arrival_counter(cudaStream_t stream) {
+unsigned int* arrival_counters(cudaStream_t stream, int64_t count) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   int device = 0;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess) return nullptr;
+  if (count > kMaxArrivalCounters || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      cudaGetDevice(&device) != cudaSuccess)
+    return nullptr;
   static std::mutex mutex;
   static std::unordered_map<int, DeviceCounters> devices;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -32,12 +34,14 @@ unsigned int* arrival_counter(cudaStream_t stream) {
   }
   if (capture == cudaStreamCaptureStatusNone) {
     if (const auto found = d.of_stream.find(stream); found != d.of_stream.end()) return d.base + found->second;
-    if (d.handed_out == kCounters) return nullptr;
+    if (d.handed_out + kMaxArrivalCounters > kCounters) return nullptr;
     d.of_stream.emplace(stream, d.handed_out);
-  } else if (d.handed_out == kCounters) {
-    return nullptr;
+    d.handed_out += kMaxArrivalCounters;
+    return d.base + d.of_stream[stream];
   }
-  return d.base + d.handed_out++;
+  if (d.handed_out + count > kCounters) return nullptr;
+  d.handed_out += count;
+  return d.base + d.handed_out - count;
 }
 
 }  // namespace fastreduce

@@ -22,33 +22,53 @@ constexpr int kRowVecsPerThread = 8;    // unsplit long rows: vectors per thread
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
 constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
 constexpr int kColumnBlocksPerSm = 8;
+// Tall columns: each lane of a segment walks 16 rows at least, or 4 when
+// that leaves at most 16 partials per column (the second pass then costs
+// little; the norms' parameter gradients sum a few hundred partial rows).
 constexpr int64_t kMinColumnRowsPerLane = 16;
+constexpr int64_t kFewColumnRowsPerLane = 4;
+constexpr int64_t kFewColumnSegments = 16;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct Plan {
   enum class Layout { All, Rows, Columns } layout;
-  int64_t segments;  // partials per output element (1: single pass)
-  int64_t chunk;     // elements of `len` per segment
-  int team;          // Rows: lanes per row, 0 for a whole block
+  int64_t segments;  // blocks per row (All, Rows) or partials per output element (Columns); 1: unsplit
+  int64_t chunk;     // Columns: rows of `len` per segment
+  int team;          // Rows: lanes per row, 0 for a whole block; Columns: threads across a tile
   int vec;           // Columns: columns per thread
-  int threads = kRowThreads;  // Rows with a whole block per segment: its size
+  int threads = kRowThreads;  // Rows with a whole block per row: its size
 };
 
-// Resident blocks per SM of the full reduction's grid kernel: the grid is
-// one wave of them, so no block waits for a second wave (nor does the last).
+// Resident blocks per SM of the split-rows kernel (full reductions too): its
+// grid is at most one wave of them, so no block waits for a second wave
+// (nor does the last).
 template <typename Op, typename In, typename Sink>
-int full_blocks_per_sm() {
+int split_blocks_per_sm() {
   static const int blocks = [] {
     int resident = 0;
-    const auto kernel = reduce_all_grid_kernel<Op, In, Sink>;
+    const auto kernel = reduce_split_rows_kernel<Op, In, Sink>;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kAllThreads, 0) == cudaSuccess
                ? std::max(resident, 1) : 1;
   }();
   return blocks;
 }
 
-inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, int full_blocks_per_sm) {
+// Threads across a column tile for `packs` vectors of `pack_bytes` each: the
+// width (32 down to 2) that leaves the fewest threads without columns, the
+// widest among equals; a row of a tile spans a 32-byte sector at least, so
+// the narrower tiles cost no extra memory transactions.
+inline int column_tile_threads(int64_t packs, int64_t pack_bytes) {
+  int best = kColumnTile;
+  for (int width = kColumnTile / 2; width >= 2 && width * pack_bytes >= 32; width /= 2)
+    if (ceil_div(packs, width) * width < ceil_div(packs, best) * best) best = width;
+  return best;
+}
+
+// split_occupancy: resident blocks per SM of the split-rows kernel;
+// column_pack: columns per thread of the packed column kernel.
+inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, int split_occupancy,
+                      int column_pack) {
   const int64_t vec = 16 / elem_size;
   if (p.outer == 1 && p.inner == 1) {
     // One wave of blocks, each thread with 4 vectors in flight; up to four
@@ -57,7 +77,7 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
     const int64_t per_block = kAllThreads * vec * 4;
     const int64_t blocks = p.len <= 4 * per_block
                                ? 1
-                               : std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * full_blocks_per_sm);
+                               : std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * split_occupancy);
     return {Plan::Layout::All, std::max<int64_t>(blocks, 1), p.len, 0, 1};
   }
   if (p.inner == 1) {
@@ -68,8 +88,7 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
       while (team < 32 && team * 4 < vecs) team *= 2;
       return {Plan::Layout::Rows, 1, p.len, team, 1};
     }
-    const int64_t target = int64_t(sm_count) * kRowBlocksPerSm;
-    if (p.outer >= target) {
+    if (p.outer >= int64_t(sm_count) * kRowBlocksPerSm) {
       // Rows enough to fill the GPU unsplit: the fewest threads per row that
       // still give each kRowVecsPerThread vectors, so the loads, not the
       // block's combine tree (ten levels of a Welford merge or a rescale
@@ -80,32 +99,37 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
       if (threads == kWarpSize) return {Plan::Layout::Rows, 1, p.len, kWarpSize, 1};
       return {Plan::Layout::Rows, 1, p.len, 0, 1, threads};
     }
-    const int64_t segments = std::min(ceil_div(target, p.outer), std::max<int64_t>(p.len / kMinSegment, 1));
-    // Keep segment starts 16-byte aligned whenever the rows are.
-    const int64_t chunk = ceil_div(ceil_div(p.len, segments), vec) * vec;
-    return {Plan::Layout::Rows, ceil_div(p.len, chunk), chunk, 0, 1};
+    // Few long rows: about one wave of the split-rows kernel's blocks.
+    const int64_t resident = int64_t(sm_count) * split_occupancy;
+    const int64_t splits = std::min(std::max<int64_t>((resident + p.outer / 2) / p.outer, 1),
+                                    std::max<int64_t>(p.len / kMinSegment, 1));
+    return {Plan::Layout::Rows, splits, p.len, 0, 1};
   }
   const bool packed = p.inner % vec == 0 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0;
-  const int columns_per_thread = packed ? static_cast<int>(vec) : 1;
-  const int64_t blocks = ceil_div(p.inner, kColumnTile * columns_per_thread) * p.outer;
+  const int columns_per_thread = packed ? column_pack : 1;
+  const int tile_threads =
+      column_tile_threads(ceil_div(p.inner, columns_per_thread), int64_t(columns_per_thread) * elem_size);
+  const int64_t blocks = ceil_div(p.inner, int64_t(tile_threads) * columns_per_thread) * p.outer;
   const int64_t target = int64_t(sm_count) * kColumnBlocksPerSm;
+  const int64_t lanes = kColumnThreads / tile_threads;
   int64_t segments = 1;
   if (blocks < target)
     segments = std::min(ceil_div(target, blocks),
-                        std::max<int64_t>(p.len / (kColumnLanes * kMinColumnRowsPerLane), 1));
+                        std::max({p.len / (lanes * kMinColumnRowsPerLane),
+                                  std::min(p.len / (lanes * kFewColumnRowsPerLane), kFewColumnSegments), int64_t(1)}));
   const int64_t chunk = std::max<int64_t>(ceil_div(p.len, segments), 1);
-  return {Plan::Layout::Columns, std::max<int64_t>(ceil_div(p.len, chunk), 1), chunk, 0, columns_per_thread};
+  return {Plan::Layout::Columns, std::max<int64_t>(ceil_div(p.len, chunk), 1), chunk, tile_threads,
+          columns_per_thread};
 }
 
-template <bool kFinal, typename Op, typename In, typename Sink>
-cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t splits, const In* x, Sink out,
-                        const Op& op, After after, cudaStream_t stream) {
-  const int64_t segments = rows * splits;
+template <typename Op, typename In, typename Sink>
+cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, const In* x, Sink out, const Op& op,
+                        cudaStream_t stream) {
   auto run = [&](auto team) {
     constexpr int kTeam = decltype(team)::value;
-    const int64_t grid = kTeam == 0 ? segments : ceil_div(segments, kRowThreads / kTeam);
-    return launch_kernel(reduce_rows_kernel<Op, In, Sink, kFinal, kTeam>, grid, kTeam == 0 ? plan.threads : kRowThreads,
-                         0, stream, after, x, rows, row_len, splits, plan.chunk, out, op);
+    const int64_t grid = kTeam == 0 ? rows : ceil_div(rows, kRowThreads / kTeam);
+    return launch_kernel(reduce_rows_kernel<Op, In, Sink, kTeam>, grid, kTeam == 0 ? plan.threads : kRowThreads, 0,
+                         stream, After::Stream, x, rows, row_len, out, op);
   };
   switch (plan.team) {
     case 4: return run(std::integral_constant<int, 4>{});
@@ -116,75 +140,85 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, int64_t
   }
 }
 
+// A tile's partials sit in shared memory: wide accumulators (value and index)
+// take fewer columns per thread so they fit.
+template <typename Op, typename In>
+constexpr int kColumnPack = std::min<int>(Vec16<In>::kSize, std::max<int>(1, 128 / sizeof(typename Op::acc_t)));
+
 template <typename Op, typename In, typename Sink>
 Plan plan_for(const ReduceProblem& p, int sm_count) {
-  return make_plan(p, sizeof(In), sm_count, full_blocks_per_sm<Op, In, Sink>());
+  return make_plan(p, sizeof(In), sm_count, split_blocks_per_sm<Op, In, Sink>(), kColumnPack<Op, In>);
 }
 
-// Workspace of run_reduction<Op, In, Sink> for p: the first pass's
-// partials, and for a full reduction room for a counter after them.
+// Split rows and full reductions: rows of segments partials and a counter
+// for each row after them (used when the pool of arrival counters has none).
+template <typename Acc>
+size_t split_rows_counters_offset(const Plan& plan, int64_t rows) {
+  return ceil_div(plan.segments * rows * sizeof(Acc), sizeof(unsigned int)) * sizeof(unsigned int);
+}
+
+// Workspace of run_reduction<Op, In, Sink> for p: the first pass's partials,
+// and for split rows room for their counters after them.
 template <typename Op, typename In, typename Sink>
 size_t workspace_bytes(const ReduceProblem& p, int sm_count) {
+  using Acc = typename Op::acc_t;
   const Plan plan = plan_for<Op, In, Sink>(p, sm_count);
   if (plan.segments == 1) return 0;
-  const size_t partials = plan.segments * p.outer * p.inner * sizeof(typename Op::acc_t);
-  return plan.layout == Plan::Layout::All ? partials + sizeof(unsigned int) : partials;
+  if (plan.layout == Plan::Layout::Columns) return plan.segments * p.outer * p.inner * sizeof(Acc);
+  return split_rows_counters_offset<Acc>(plan, p.outer) + p.outer * sizeof(unsigned int);
 }
 
-// Reduces p with `op`, storing to `out`; the partials of a two-pass plan go
-// to `workspace` and a second pass folds them (CombinePartials), or for a
-// full reduction the last block of the one launch does.
+// Reduces p with `op`, storing to `out`. Split rows (a full reduction is one
+// row) run in one launch whose last block of each row folds the row's
+// partials; split columns leave their partials in `workspace` for a second
+// pass (CombinePartials).
 template <typename Op, typename In, typename Sink>
 cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* workspace, int sm_count,
                           cudaStream_t stream) {
   using Acc = typename Op::acc_t;
   const auto* x = static_cast<const In*>(p.input);
   auto* partials = static_cast<Acc*>(workspace);
-  const CombinePartials<Op> finish_op{op};
   const Plan plan = plan_for<Op, In, Sink>(p, sm_count);
-  const bool two_pass = plan.segments > 1;
+  const bool split = plan.segments > 1;
 
   cudaError_t err = cudaSuccess;
   switch (plan.layout) {
-    case Plan::Layout::All: {
-      if (!two_pass)
+    case Plan::Layout::All:
+    case Plan::Layout::Rows: {
+      if (!split && plan.layout == Plan::Layout::All)
         return launch_kernel(reduce_all_block_kernel<Op, In, Sink>, 1, kAllThreads, 0, stream, After::Stream, x,
                              p.len, out, op);
-      unsigned int* arrivals = arrival_counter(stream);
+      if (!split) return launch_rows(plan, p.outer, p.len, x, out, op, stream);
+      unsigned int* arrivals = arrival_counters(stream, p.outer);
       if (arrivals == nullptr) {
-        arrivals = reinterpret_cast<unsigned int*>(partials + plan.segments);
-        if ((err = cudaMemsetAsync(arrivals, 0, sizeof(unsigned int), stream)) != cudaSuccess) return err;
+        arrivals = reinterpret_cast<unsigned int*>(static_cast<char*>(workspace) +
+                                                   split_rows_counters_offset<Acc>(plan, p.outer));
+        if ((err = cudaMemsetAsync(arrivals, 0, p.outer * sizeof(unsigned int), stream)) != cudaSuccess) return err;
       }
-      return launch_kernel(reduce_all_grid_kernel<Op, In, Sink>, plan.segments, kAllThreads, 0, stream,
-                           After::Stream, x, p.len, partials, arrivals, out, op);
-    }
-    case Plan::Layout::Rows: {
-      if (!two_pass) return launch_rows<true>(plan, p.outer, p.len, 1, x, out, op, After::Stream, stream);
-      err = launch_rows<false>(plan, p.outer, p.len, plan.segments, x, partials, op, After::Stream, stream);
-      if (err != cudaSuccess) return err;
-      const Plan finish{Plan::Layout::Rows, 1, plan.segments, 32, 1};
-      return launch_rows<true>(finish, p.outer, plan.segments, 1, partials, out, finish_op, After::Producer, stream);
+      const dim3 grid(plan.segments, p.outer);
+      return launch_kernel(reduce_split_rows_kernel<Op, In, Sink>, grid, kAllThreads, 0, stream, After::Stream, x,
+                           p.len, partials, arrivals, out, op);
     }
     case Plan::Layout::Columns: {
+      const int64_t tiles = ceil_div(p.inner, int64_t(plan.team) * plan.vec);
       auto first_pass = [&](auto columns_per_thread) {
         constexpr int kVec = decltype(columns_per_thread)::value;
-        const dim3 grid(ceil_div(p.inner, kColumnTile * kVec) * p.outer, plan.segments);
-        if (two_pass)
+        const dim3 grid(tiles * p.outer, plan.segments);
+        if (split)
           return launch_kernel(reduce_columns_kernel<Op, In, Acc*, false, kVec>, grid, kColumnThreads, 0, stream,
-                               After::Stream, x, p.len, p.inner, plan.segments, plan.chunk, partials, op);
+                               After::Stream, x, p.len, p.inner, plan.segments, plan.chunk, plan.team, partials, op);
         return launch_kernel(reduce_columns_kernel<Op, In, Sink, true, kVec>, grid, kColumnThreads, 0, stream,
-                             After::Stream, x, p.len, p.inner, int64_t(1), plan.chunk, out, op);
+                             After::Stream, x, p.len, p.inner, int64_t(1), plan.chunk, plan.team, out, op);
       };
-      // A tile's partials sit in shared memory: wide accumulators (value and
-      // index) take fewer columns per thread so they fit.
-      constexpr int kPack = std::min<int>(Vec16<In>::kSize, std::max<int>(1, 128 / sizeof(Acc)));
-      err = plan.vec > 1 ? first_pass(std::integral_constant<int, kPack>{})
+      err = plan.vec > 1 ? first_pass(std::integral_constant<int, kColumnPack<Op, In>>{})
                          : first_pass(std::integral_constant<int, 1>{});
-      if (err != cudaSuccess || !two_pass) return err;
-      const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
-      return launch_kernel(reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kFinishColumnLanes>,
-                           finish_grid, kColumnTile * kFinishColumnLanes, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
-                           plan.segments, out, finish_op);
+      if (err != cudaSuccess || !split) return err;
+      const int finish_tile = column_tile_threads(p.inner, sizeof(Acc));
+      const dim3 finish_grid(ceil_div(p.inner, finish_tile) * p.outer, 1);
+      return launch_kernel(
+          reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kFinishColumnThreads>, finish_grid,
+          kFinishColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
+          plan.segments, finish_tile, out, CombinePartials<Op>{op});
     }
   }
   return cudaErrorInvalidValue;
