@@ -140,15 +140,18 @@ constexpr int kFinishColumnThreads = 1024;
 
 // Columns of an (outer, len, inner) view: out[(o * splits + s) * inner + i] folds
 // x[o, r, i] for r in segment s. blockIdx.x enumerates (o, column tile),
-// blockIdx.y the segment. A tile is `tile_threads` threads across (a power
-// of two from 2 to 32, fewer for narrow matrices so that no lane idles), each
-// owning kVec adjacent columns loaded as one vector (kVec > 1 needs
-// inner % kVec == 0 and an aligned x); the block's kThreads / tile_threads
-// lanes of them walk the rows and then fold their partials as a tree.
-template <typename Op, typename In, typename Sink, bool kFinal, int kVec, int kThreads = kColumnThreads>
+// blockIdx.y the segment. A tile is kTileThreads threads across (0: the
+// argument tile_threads; a power of two from 2 to 32, fewer for narrow
+// matrices so that no lane idles), each owning kVec adjacent columns loaded
+// as one vector (kVec > 1 needs inner % kVec == 0 and an aligned x); the
+// block's kThreads / tile_threads lanes of them walk the rows and then fold
+// their partials as a tree. A compile-time width spares the registers that
+// keep Welford moments at four blocks per SM.
+template <typename Op, typename In, typename Sink, bool kFinal, int kVec, int kTileThreads,
+          int kThreads = kColumnThreads>
 __global__ void __launch_bounds__(kThreads)
     reduce_columns_kernel(const In* __restrict__ x, int64_t len, int64_t inner, int64_t splits,
-                          int64_t chunk, int tile_threads, Sink out, Op op) {
+                          int64_t chunk, int tile_width, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   using Pack = VecN<In, kVec>;
   constexpr int kUnroll = 4;
@@ -156,6 +159,7 @@ __global__ void __launch_bounds__(kThreads)
   // banks); tile_threads >= 2 keeps the pads within kThreads / 2.
   __shared__ Acc partial[kThreads * kVec + kThreads / 2];
   begin_pass<kFinal>();
+  const int tile_threads = kTileThreads != 0 ? kTileThreads : tile_width;
   const int lanes = kThreads / tile_threads;
   const int tile_columns = tile_threads * kVec;
   const int pitch = tile_columns + 1;
@@ -188,14 +192,16 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
   }
-  Acc* mine = partial + ty * pitch + tx * kVec;
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) mine[k] = acc[k];
+  for (int k = 0; k < kVec; ++k) partial[ty * pitch + tx * kVec + k] = acc[k];
   __syncthreads();
+  // The tree, one accumulator per thread and step (few registers; every
+  // thread busy however narrow the tile). tile_columns is a power of two.
+  const int column_bits = __ffs(tile_columns) - 1;
   for (int half = lanes / 2; half > 0; half /= 2) {
-    if (ty < half) {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) mine[k] = Op::combine(mine[k], mine[half * pitch + k]);
+    for (int i = threadIdx.x; i < half * tile_columns; i += kThreads) {
+      Acc* const p = partial + (i >> column_bits) * pitch + (i & (tile_columns - 1));
+      *p = Op::combine(*p, p[half * pitch]);
     }
     __syncthreads();
   }

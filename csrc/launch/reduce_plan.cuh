@@ -22,12 +22,7 @@ constexpr int kRowVecsPerThread = 8;    // unsplit long rows: vectors per thread
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
 constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
 constexpr int kColumnBlocksPerSm = 8;
-// Tall columns: each lane of a segment walks 16 rows at least, or 4 when
-// that leaves at most 16 partials per column (the second pass then costs
-// little; the norms' parameter gradients sum a few hundred partial rows).
-constexpr int64_t kMinColumnRowsPerLane = 16;
-constexpr int64_t kFewColumnRowsPerLane = 4;
-constexpr int64_t kFewColumnSegments = 16;
+constexpr int64_t kMinColumnSegmentRows = 128;  // fewer partials per column: a cheaper second pass
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -56,8 +51,7 @@ int split_blocks_per_sm() {
 
 // Threads across a column tile for `packs` vectors of `pack_bytes` each: the
 // width (32 down to 2) that leaves the fewest threads without columns, the
-// widest among equals; a row of a tile spans a 32-byte sector at least, so
-// the narrower tiles cost no extra memory transactions.
+// widest among equals; a row of a tile spans a 32-byte sector at least.
 inline int column_tile_threads(int64_t packs, int64_t pack_bytes) {
   int best = kColumnTile;
   for (int width = kColumnTile / 2; width >= 2 && width * pack_bytes >= 32; width /= 2)
@@ -99,24 +93,20 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
       if (threads == kWarpSize) return {Plan::Layout::Rows, 1, p.len, kWarpSize, 1};
       return {Plan::Layout::Rows, 1, p.len, 0, 1, threads};
     }
-    // Few long rows: about one wave of the split-rows kernel's blocks.
+    // Few long rows: at most one wave of the split-rows kernel's blocks.
     const int64_t resident = int64_t(sm_count) * split_occupancy;
-    const int64_t splits = std::min(std::max<int64_t>((resident + p.outer / 2) / p.outer, 1),
-                                    std::max<int64_t>(p.len / kMinSegment, 1));
+    const int64_t splits =
+        std::min(std::max<int64_t>(resident / p.outer, 1), std::max<int64_t>(p.len / kMinSegment, 1));
     return {Plan::Layout::Rows, splits, p.len, 0, 1};
   }
   const bool packed = p.inner % vec == 0 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0;
   const int columns_per_thread = packed ? column_pack : 1;
-  const int tile_threads =
-      column_tile_threads(ceil_div(p.inner, columns_per_thread), int64_t(columns_per_thread) * elem_size);
+  const int tile_threads = packed ? column_tile_threads(p.inner / column_pack, column_pack * elem_size) : kColumnTile;
   const int64_t blocks = ceil_div(p.inner, int64_t(tile_threads) * columns_per_thread) * p.outer;
   const int64_t target = int64_t(sm_count) * kColumnBlocksPerSm;
-  const int64_t lanes = kColumnThreads / tile_threads;
   int64_t segments = 1;
   if (blocks < target)
-    segments = std::min(ceil_div(target, blocks),
-                        std::max({p.len / (lanes * kMinColumnRowsPerLane),
-                                  std::min(p.len / (lanes * kFewColumnRowsPerLane), kFewColumnSegments), int64_t(1)}));
+    segments = std::min(ceil_div(target, blocks), std::max<int64_t>(p.len / kMinColumnSegmentRows, 1));
   const int64_t chunk = std::max<int64_t>(ceil_div(p.len, segments), 1);
   return {Plan::Layout::Columns, std::max<int64_t>(ceil_div(p.len, chunk), 1), chunk, tile_threads,
           columns_per_thread};
@@ -201,22 +191,32 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
     }
     case Plan::Layout::Columns: {
       const int64_t tiles = ceil_div(p.inner, int64_t(plan.team) * plan.vec);
-      auto first_pass = [&](auto columns_per_thread) {
-        constexpr int kVec = decltype(columns_per_thread)::value;
+      auto first_pass = [&](auto columns_per_thread, auto tile_threads) {
+        constexpr int kVec = decltype(columns_per_thread)::value, kTile = decltype(tile_threads)::value;
         const dim3 grid(tiles * p.outer, plan.segments);
         if (split)
-          return launch_kernel(reduce_columns_kernel<Op, In, Acc*, false, kVec>, grid, kColumnThreads, 0, stream,
-                               After::Stream, x, p.len, p.inner, plan.segments, plan.chunk, plan.team, partials, op);
-        return launch_kernel(reduce_columns_kernel<Op, In, Sink, true, kVec>, grid, kColumnThreads, 0, stream,
+          return launch_kernel(reduce_columns_kernel<Op, In, Acc*, false, kVec, kTile>, grid, kColumnThreads, 0,
+                               stream, After::Stream, x, p.len, p.inner, plan.segments, plan.chunk, plan.team,
+                               partials, op);
+        return launch_kernel(reduce_columns_kernel<Op, In, Sink, true, kVec, kTile>, grid, kColumnThreads, 0, stream,
                              After::Stream, x, p.len, p.inner, int64_t(1), plan.chunk, plan.team, out, op);
       };
-      err = plan.vec > 1 ? first_pass(std::integral_constant<int, kColumnPack<Op, In>>{})
-                         : first_pass(std::integral_constant<int, 1>{});
+      using Pack = std::integral_constant<int, kColumnPack<Op, In>>;
+      using Single = std::integral_constant<int, 1>;
+      using FullTile = std::integral_constant<int, kColumnTile>;
+      using NarrowTile = std::integral_constant<int, 0>;
+      err = plan.vec == 1                 ? first_pass(Single{}, FullTile{})
+            : plan.team == kColumnTile    ? first_pass(Pack{}, FullTile{})
+                                          : first_pass(Pack{}, NarrowTile{});
       if (err != cudaSuccess || !split) return err;
-      const int finish_tile = column_tile_threads(p.inner, sizeof(Acc));
+      // The second pass: a lane per segment up to 32, the block's other
+      // threads across the columns.
+      int finish_lanes = 2;
+      while (finish_lanes < kWarpSize && finish_lanes < plan.segments) finish_lanes *= 2;
+      const int finish_tile = kFinishColumnThreads / finish_lanes;
       const dim3 finish_grid(ceil_div(p.inner, finish_tile) * p.outer, 1);
       return launch_kernel(
-          reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kFinishColumnThreads>, finish_grid,
+          reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, 0, kFinishColumnThreads>, finish_grid,
           kFinishColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
           plan.segments, finish_tile, out, CombinePartials<Op>{op});
     }
