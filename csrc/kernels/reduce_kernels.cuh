@@ -135,8 +135,10 @@ __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64
 constexpr int kColumnTile = 32;  // threads across the columns of a tile at most: one warp
 constexpr int kColumnThreads = 256;
 // The second pass walks the partials of a tall column (hundreds of segments)
-// with 32 rows at once: latency, not bandwidth, bounds it.
+// with 32 rows at once: latency, not bandwidth, bounds it. A few segments
+// take blocks of 8 rows, so that a narrow output still spreads over the SMs.
 constexpr int kFinishColumnThreads = 1024;
+constexpr int kFewSegments = 32;  // at most 4 partials a lane in blocks of kColumnThreads
 
 // Columns of an (outer, len, inner) view: out[(o * splits + s) * inner + i] folds
 // x[o, r, i] for r in segment s. blockIdx.x enumerates (o, column tile),

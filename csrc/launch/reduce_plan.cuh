@@ -205,20 +205,20 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
       using Single = std::integral_constant<int, 1>;
       using FullTile = std::integral_constant<int, kColumnTile>;
       using NarrowTile = std::integral_constant<int, 0>;
-      err = plan.vec == 1                 ? first_pass(Single{}, FullTile{})
-            : plan.team == kColumnTile    ? first_pass(Pack{}, FullTile{})
-                                          : first_pass(Pack{}, NarrowTile{});
+      err = plan.vec == 1              ? first_pass(Single{}, FullTile{})
+            : plan.team == kColumnTile ? first_pass(Pack{}, FullTile{})
+                                       : first_pass(Pack{}, NarrowTile{});
       if (err != cudaSuccess || !split) return err;
-      // The second pass: a lane per segment up to 32, the block's other
-      // threads across the columns.
-      int finish_lanes = 2;
-      while (finish_lanes < kWarpSize && finish_lanes < plan.segments) finish_lanes *= 2;
-      const int finish_tile = kFinishColumnThreads / finish_lanes;
-      const dim3 finish_grid(ceil_div(p.inner, finish_tile) * p.outer, 1);
+      const CombinePartials<Op> finish_op{op};
+      const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
+      if (plan.segments <= kFewSegments)
+        return launch_kernel(reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kColumnTile>, finish_grid,
+                             kColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
+                             plan.segments, kColumnTile, out, finish_op);
       return launch_kernel(
-          reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, 0, kFinishColumnThreads>, finish_grid,
-          kFinishColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
-          plan.segments, finish_tile, out, CombinePartials<Op>{op});
+          reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kColumnTile, kFinishColumnThreads>,
+          finish_grid, kFinishColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
+          plan.segments, kColumnTile, out, finish_op);
     }
   }
   return cudaErrorInvalidValue;
