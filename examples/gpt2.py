@@ -106,9 +106,10 @@ def make_scaler(precision, device):
 def step_times(models, tokens, precision, steps=10, trials=5):
     """ms per step of each model: the median over `trials` runs of `steps`
     steps, the models taking turns, so that a slow spell of the machine (the
-    host-bound shapes swing by a quarter between runs) falls on both."""
+    host-bound shapes swing by a quarter between runs) falls on both. Copies
+    train, so the models still share their weights afterwards."""
     runs = []
-    for model in models:
+    for model in map(copy.deepcopy, models):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         scaler = make_scaler(precision, tokens.device.type)
         for _ in range(2):  # warm-up
