@@ -21,7 +21,6 @@ constexpr int kRowBlocksPerSm = 4;
 constexpr int kRowVecsPerThread = 8;    // unsplit long rows: vectors per thread at least
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
 constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
-constexpr int kColumnBlocksPerSm = 8;
 constexpr int64_t kMinColumnSegmentRows = 128;  // fewer partials per column: a cheaper second pass
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -35,20 +34,6 @@ struct Plan {
   int threads = kRowThreads;  // Rows with a whole block per row: its size
 };
 
-// Resident blocks per SM of the split-rows kernel (full reductions too): its
-// grid is at most one wave of them, so no block waits for a second wave
-// (nor does the last).
-template <typename Op, typename In, typename Sink>
-int split_blocks_per_sm() {
-  static const int blocks = [] {
-    int resident = 0;
-    const auto kernel = reduce_split_rows_kernel<Op, In, Sink>;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kAllThreads, 0) == cudaSuccess
-               ? std::max(resident, 1) : 1;
-  }();
-  return blocks;
-}
-
 // Threads across a column tile for `packs` vectors of `pack_bytes` each: the
 // width (32 down to 2) that leaves the fewest threads without columns, the
 // widest among equals; a row of a tile spans a 32-byte sector at least.
@@ -59,10 +44,19 @@ inline int column_tile_threads(int64_t packs, int64_t pack_bytes) {
   return best;
 }
 
-// split_occupancy: resident blocks per SM of the split-rows kernel;
-// column_pack: columns per thread of the packed column kernel.
-inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, int split_occupancy,
-                      int column_pack) {
+// What a plan needs to know of an op's kernels: the resident blocks per SM
+// of the split-rows kernel and of the column kernels' first passes (a grid of
+// at most one wave of them leaves no block waiting for a second wave, nor
+// the last one), and the columns per thread of the packed column kernel.
+struct KernelFacts {
+  int split_rows;
+  int columns_single;  // a column per thread
+  int columns_packed;  // packs, 32 threads across
+  int columns_narrow;  // packs, fewer threads across
+  int column_pack;
+};
+
+inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, const KernelFacts& facts) {
   const int64_t vec = 16 / elem_size;
   if (p.outer == 1 && p.inner == 1) {
     // One wave of blocks, each thread with 4 vectors in flight; up to four
@@ -71,7 +65,7 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
     const int64_t per_block = kAllThreads * vec * 4;
     const int64_t blocks = p.len <= 4 * per_block
                                ? 1
-                               : std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * split_occupancy);
+                               : std::min<int64_t>(ceil_div(p.len, per_block), int64_t(sm_count) * facts.split_rows);
     return {Plan::Layout::All, std::max<int64_t>(blocks, 1), p.len, 0, 1};
   }
   if (p.inner == 1) {
@@ -94,19 +88,23 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, in
       return {Plan::Layout::Rows, 1, p.len, 0, 1, threads};
     }
     // Few long rows: at most one wave of the split-rows kernel's blocks.
-    const int64_t resident = int64_t(sm_count) * split_occupancy;
+    const int64_t resident = int64_t(sm_count) * facts.split_rows;
     const int64_t splits =
         std::min(std::max<int64_t>(resident / p.outer, 1), std::max<int64_t>(p.len / kMinSegment, 1));
     return {Plan::Layout::Rows, splits, p.len, 0, 1};
   }
   const bool packed = p.inner % vec == 0 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0;
-  const int columns_per_thread = packed ? column_pack : 1;
-  const int tile_threads = packed ? column_tile_threads(p.inner / column_pack, column_pack * elem_size) : kColumnTile;
+  const int pack = facts.column_pack;
+  const int columns_per_thread = packed ? pack : 1;
+  const int tile_threads = packed ? column_tile_threads(p.inner / pack, pack * elem_size) : kColumnTile;
   const int64_t blocks = ceil_div(p.inner, int64_t(tile_threads) * columns_per_thread) * p.outer;
-  const int64_t target = int64_t(sm_count) * kColumnBlocksPerSm;
+  const int per_sm = !packed                     ? facts.columns_single
+                     : tile_threads == kColumnTile ? facts.columns_packed
+                                                   : facts.columns_narrow;
+  const int64_t resident = int64_t(sm_count) * per_sm;
   int64_t segments = 1;
-  if (blocks < target)
-    segments = std::min(ceil_div(target, blocks), std::max<int64_t>(p.len / kMinColumnSegmentRows, 1));
+  if (blocks < resident)
+    segments = std::min(resident / blocks, std::max<int64_t>(p.len / kMinColumnSegmentRows, 1));
   const int64_t chunk = std::max<int64_t>(ceil_div(p.len, segments), 1);
   return {Plan::Layout::Columns, std::max<int64_t>(ceil_div(p.len, chunk), 1), chunk, tile_threads,
           columns_per_thread};
@@ -135,9 +133,28 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, const I
 template <typename Op, typename In>
 constexpr int kColumnPack = std::min<int>(Vec16<In>::kSize, std::max<int>(1, 128 / sizeof(typename Op::acc_t)));
 
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+  int resident = 0;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0) == cudaSuccess
+             ? std::max(resident, 1) : 1;
+}
+
+template <typename Op, typename In, typename Sink>
+const KernelFacts& kernel_facts() {
+  using Acc = typename Op::acc_t;
+  constexpr int kPack = kColumnPack<Op, In>;
+  static const KernelFacts facts{
+      resident_blocks(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads),
+      resident_blocks(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
+      resident_blocks(reduce_columns_kernel<Op, In, Acc*, false, kPack, kColumnTile>, kColumnThreads),
+      resident_blocks(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0>, kColumnThreads), kPack};
+  return facts;
+}
+
 template <typename Op, typename In, typename Sink>
 Plan plan_for(const ReduceProblem& p, int sm_count) {
-  return make_plan(p, sizeof(In), sm_count, split_blocks_per_sm<Op, In, Sink>(), kColumnPack<Op, In>);
+  return make_plan(p, sizeof(In), sm_count, kernel_facts<Op, In, Sink>());
 }
 
 // Split rows and full reductions: rows of segments partials and a counter
