@@ -143,7 +143,7 @@ constexpr int kFewSegments = 32;  // at most 4 partials a lane in blocks of kCol
 // Columns of an (outer, len, inner) view: out[(o * splits + s) * inner + i] folds
 // x[o, r, i] for r in segment s. blockIdx.x enumerates (o, column tile),
 // blockIdx.y the segment. A tile is kTileThreads threads across (0: the
-// argument tile_threads; a power of two from 2 to 32, fewer for narrow
+// argument tile_width; a power of two from 2 to 32, fewer for narrow
 // matrices so that no lane idles), each owning kVec adjacent columns loaded
 // as one vector (kVec > 1 needs inner % kVec == 0 and an aligned x); the
 // block's kThreads / tile_threads lanes of them walk the rows and then fold
