@@ -186,6 +186,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (base + u * lanes < end) v[u] = packs[(base + u * lanes) * row_stride];
+      if (FoldsPacks<Op, In, kUnroll>::value && base + (kUnroll - 1) * lanes < end) {
+        // A full round of an op that folds packs: each column's kUnroll rows
+        // join its accumulator at once (one Welford division, not four).
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          VecN<In, kUnroll> rows;
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) rows.elem[u] = v[u].elem[k];
+          acc[k] = fold_vec(op, acc[k], rows, base);
+        }
+        continue;
+      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (base + u * lanes < end) {

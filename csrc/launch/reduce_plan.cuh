@@ -128,10 +128,12 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, const I
   }
 }
 
-// A tile's partials sit in shared memory: wide accumulators (value and index)
-// take fewer columns per thread so they fit.
+// Wide accumulators (Welford moments, value and index) take fewer columns per
+// thread: 16 words of them at most, so a tile's partials fit in shared memory
+// and the kernel in registers (8 columns of moments a thread held bfloat16
+// variances to 2 blocks per SM, 94 registers; 4 columns fit 4, 61).
 template <typename Op, typename In>
-constexpr int kColumnPack = std::min<int>(Vec16<In>::kSize, std::max<int>(1, 128 / sizeof(typename Op::acc_t)));
+constexpr int kColumnPack = std::min<int>(Vec16<In>::kSize, std::max<int>(1, 64 / sizeof(typename Op::acc_t)));
 
 template <typename Kernel>
 int resident_blocks(Kernel kernel, int threads) {
