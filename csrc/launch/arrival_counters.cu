@@ -35,9 +35,10 @@ unsigned int* arrival_counters(cudaStream_t stream, int64_t count) {
   if (capture == cudaStreamCaptureStatusNone) {
     if (const auto found = d.of_stream.find(stream); found != d.of_stream.end()) return d.base + found->second;
     if (d.handed_out + kMaxArrivalCounters > kCounters) return nullptr;
-    d.of_stream.emplace(stream, d.handed_out);
+    const int64_t first = d.handed_out;
+    d.of_stream.emplace(stream, first);
     d.handed_out += kMaxArrivalCounters;
-    return d.base + d.of_stream[stream];
+    return d.base + first;
   }
   if (d.handed_out + count > kCounters) return nullptr;
   d.handed_out += count;

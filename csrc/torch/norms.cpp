@@ -16,6 +16,12 @@ void check_floating(const at::Tensor& t, const char* op, const char* argument) {
               ": unsupported dtype ", to_text(type), " for argument '", argument, "'; expected a floating dtype");
 }
 
+void check_same_device(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
+                       const char* reference_name) {
+  TORCH_CHECK(t.device() == reference.device(), op, ": argument '", argument, "' is on ", to_text(t.device()), " but '",
+              reference_name, "' is on ", to_text(reference.device()));
+}
+
 bool is_half_type(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
 
 // Parameters match the input's dtype, or are float32 beside float16/bfloat16
@@ -23,8 +29,7 @@ bool is_half_type(at::ScalarType type) { return type == at::kHalf || type == at:
 void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
                  const char* op, const char* argument) {
   if (!param.has_value() || !param->defined()) return;
-  TORCH_CHECK(param->device() == input.device(), op, ": argument '", argument, "' is on ", to_text(param->device()),
-              " but 'input' is on ", to_text(input.device()));
+  check_same_device(*param, input, op, argument, "input");
   const bool mixed = param->scalar_type() == at::kFloat && is_half_type(input.scalar_type());
   TORCH_CHECK(param->scalar_type() == input.scalar_type() || mixed, op, ": argument '", argument, "' has dtype ",
               to_text(param->scalar_type()), " but 'input' has dtype ", to_text(input.scalar_type()),
@@ -48,8 +53,7 @@ namespace {
 
 void check_like(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
                 const char* reference_name) {
-  TORCH_CHECK(t.device() == reference.device(), op, ": argument '", argument, "' is on ", to_text(t.device()), " but '",
-              reference_name, "' is on ", to_text(reference.device()));
+  check_same_device(t, reference, op, argument, reference_name);
   TORCH_CHECK(t.scalar_type() == reference.scalar_type(), op, ": argument '", argument, "' has dtype ",
               to_text(t.scalar_type()), " but '", reference_name, "' has dtype ", to_text(reference.scalar_type()));
 }

@@ -23,8 +23,7 @@ void check_input(const at::Tensor& input, const char* op) {
 
 // A statistic of every row: shape input.shape[:-1], the accumulator dtype.
 void check_statistic(const at::Tensor& t, const at::Tensor& input, const char* op, const char* argument) {
-  TORCH_CHECK(t.device() == input.device(), op, ": argument '", argument, "' is on ", to_text(t.device()),
-              " but 'input' is on ", to_text(input.device()));
+  check_same_device(t, input, op, argument, "input");
   TORCH_CHECK(t.scalar_type() == acc_type(input), op, ": argument '", argument, "' has dtype ",
               to_text(t.scalar_type()), ", expected ", to_text(acc_type(input)), " for input of dtype ",
               to_text(input.scalar_type()));
