@@ -6,7 +6,7 @@ gradients compared) and the time per AdamW step at several (batch, T).
 GPT-2 small by default (12 layers, width 768, vocabulary 50257). Random
 weights and tokens; nothing is downloaded.
 
-    python examples/gpt2.py [--device cuda] [--layers 12] [--shapes 1x1024,8x1024,1x128] [--trials 5]
+    python examples/gpt2.py [--device cuda] [--layers 12] [--shapes 1x1024,8x1024,1x128] [--steps 40]
 """
 
 from __future__ import annotations
@@ -103,11 +103,12 @@ def make_scaler(precision, device):
     return torch.amp.GradScaler(device) if precision == "float16" else None
 
 
-def step_times(models, tokens, precision, steps=10, trials=5):
-    """ms per step of each model: the median over `trials` runs of `steps`
-    steps, the models taking turns, so that a slow spell of the machine (the
-    host-bound shapes swing by a quarter between runs) falls on both. Copies
-    train, so the models still share their weights afterwards."""
+def step_times(models, tokens, precision, steps=40):
+    """ms per step of each model: the median of `steps` timed steps, the
+    models taking turns step by step (ABBA...), so that a slow spell of the
+    machine (the host-bound shapes swing by a quarter between runs) falls on
+    both alike. Copies train, so the models still share their weights
+    afterwards. Each step ends in loss.item(), a full synchronisation."""
     runs = []
     for model in map(copy.deepcopy, models):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -115,16 +116,11 @@ def step_times(models, tokens, precision, steps=10, trials=5):
         for _ in range(2):  # warm-up
             train_step(model, tokens, optimizer, precision, scaler)
         runs.append((model, optimizer, scaler, []))
-    for _ in range(trials):
-        for model, optimizer, scaler, times in runs:
-            if tokens.is_cuda:
-                torch.cuda.synchronize()
+    for step in range(steps):
+        for model, optimizer, scaler, times in runs if step % 2 == 0 else runs[::-1]:
             start = time.perf_counter()
-            for _ in range(steps):
-                train_step(model, tokens, optimizer, precision, scaler)
-            if tokens.is_cuda:
-                torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) / steps * 1e3)
+            train_step(model, tokens, optimizer, precision, scaler)
+            times.append((time.perf_counter() - start) * 1e3)
     return [statistics.median(times) for *_, times in runs]
 
 
@@ -150,8 +146,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=50257)
     parser.add_argument("--shapes", default="1x1024,8x1024,1x128", help="batch x T per timed step")
     parser.add_argument("--precisions", default="float32,bfloat16,float16")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--trials", type=int, default=5, help="runs of --steps steps per model, taking turns")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per model, the models taking turns")
     args = parser.parse_args()
     torch.manual_seed(0)
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
@@ -178,13 +173,13 @@ def main():
         cells = []
         for batch, t in shapes:
             timed = torch.randint(0, args.vocab, (batch, t + 1), device=args.device)
-            t_ref, t_ours = step_times((reference, ours), timed, precision, args.steps, args.trials)
+            t_ref, t_ours = step_times((reference, ours), timed, precision, args.steps)
             cells.append(f"{t_ref:.2f} / {t_ours:.2f} ({t_ref / t_ours:.2f}x)")
         print(f"| {precision} | {loss_ref:.5f} | {loss_ours:.5f} | {worst:.1e} | " + " | ".join(cells) + " |",
               flush=True)
     print(f"device {torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, torch {torch.__version__}, "
           f"{args.layers} layers, width {args.width}, vocabulary {args.vocab}, AdamW steps (median of "
-          f"{args.trials} runs of {args.steps} steps, the two models taking turns, after 2 warm-up)")
+          f"{args.steps} steps each, the two models taking turns step by step, after 2 warm-up)")
 
 
 if __name__ == "__main__":

@@ -218,6 +218,50 @@ def test_layer_norm_parameter_gradients_deterministic(n):
     assert all(torch.equal(a, c) for a, c in zip(first, second))
 
 
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("rows, n", [(3000, 4096), (5000, 1024), (2500, 1030), (700, 96)])
+def test_parameter_gradients_folded_in_one_launch(dtype, rows, n):
+    # The register kernels fold their weight and bias gradient partials
+    # themselves after a grid-wide barrier (a cooperative launch): a full
+    # wave of blocks at (3000, 4096) and (5000, 1024), element-wise columns
+    # at 1030, warps at 96. Checked against float64, run to run, on a side
+    # stream and replayed from a CUDA graph.
+    x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
+    w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
+    b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
+    g = torch.randn(rows, n, device="cuda").to(dtype)
+
+    def grads(f, *inputs):
+        return torch.autograd.grad(f(*inputs), inputs, g.to(inputs[0].dtype))
+
+    ours = grads(lambda *a: fr.layer_norm(a[0], n, a[1], a[2]), x, w, b)
+    theirs = grads(lambda *a: F.layer_norm(a[0], [n], a[1], a[2]), x, w, b)
+    reference = grads(lambda *a: F.layer_norm(a[0], [n], a[1], a[2]),
+                      *[t.detach().double().requires_grad_() for t in (x, w, b)])
+    for mine, torch_own, exact in zip(ours, theirs, reference):
+        error_vs_reference(mine, torch_own, exact)
+    rms = grads(lambda *a: fr.rms_norm(a[0], n, a[1]), x, w)[1]
+    rms_torch = grads(lambda *a: F.rms_norm(a[0], [n], a[1]), x, w)[1]
+    rms_exact = grads(lambda *a: F.rms_norm(a[0], [n], a[1]), *[t.detach().double().requires_grad_() for t in (x, w)])
+    error_vs_reference(rms, rms_torch, rms_exact[1])
+
+    step = lambda: grads(lambda *a: fr.layer_norm(a[0], n, a[1], a[2]), x, w, b)  # noqa: E731
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        on_side_stream = step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    for first, *others in zip(ours, step(), on_side_stream, captured):
+        assert all(torch.equal(first, other) for other in others)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
 def test_unaligned_rows_and_gradients(device, dtype):

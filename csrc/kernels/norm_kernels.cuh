@@ -7,6 +7,9 @@
 //   backward  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight
 #pragma once
 
+#include <cooperative_groups.h>
+
+#include "column_fold.cuh"
 #include "row_io.cuh"
 #include "row_math.cuh"
 
@@ -32,7 +35,9 @@ struct NormForwardArgs {
 // The buffers of a backward. `grad_residual` (the gradient arriving at
 // residual_out) is added to dx, which is then the gradient of both x and
 // residual. partial_w/partial_b: the weight and bias gradient partials, or
-// null when not wanted (partial_b also null without a bias).
+// null when not wanted (partial_b also null without a bias). dweight/dbias:
+// where the lanes kernels fold those partials themselves after a grid-wide
+// barrier (cooperative launches only), or null when a column sum follows.
 template <typename T>
 struct NormBackwardArgs {
   const T* dy;
@@ -44,6 +49,8 @@ struct NormBackwardArgs {
   T* dx;
   opmath_t<T>* partial_w;
   opmath_t<T>* partial_b;
+  opmath_t<T>* dweight;
+  opmath_t<T>* dbias;
   int64_t rows, n;
   int64_t rows_per_group;  // lanes kernels: rows per warp or block
 };
@@ -226,7 +233,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
 // thread that holds it, and the block writes one partial row each of
 // partial_w/partial_b[blockIdx.x] (warps: their slots folded in warp order,
 // so the sums are bitwise reproducible): x and dy are read once for all
-// three gradients, with no atomics.
+// three gradients, with no atomics. With `dweight` (a cooperative launch)
+// the grid then folds the partial rows into dweight/dbias itself.
 template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCentered>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lanes_kernel(NormBackwardArgs<T> a) {
   using A = opmath_t<T>;
@@ -325,6 +333,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
           reinterpret_cast<Sums*>(a.partial_b + blockIdx.x * int64_t(n))[threads.group(p)] = sums_b[threads.group(p)];
       }
   }
+  if (!a.dweight) return;
+  cooperative_groups::this_grid().sync();
+  fold_columns(a.partial_w, gridDim.x, n, a.dweight);
+  if (bias) fold_columns(a.partial_b, gridDim.x, n, a.dbias);
 }
 
 // ---- Short rows staged in shared memory, one warp each (no residual: the

@@ -1,12 +1,31 @@
-// One way to launch a kernel, with or without programmatic dependent launch
-// (see kernels/dependent_launch.cuh), returning the launch error.
+// Ways to launch a kernel, returning the launch error: with or without
+// programmatic dependent launch (see kernels/dependent_launch.cuh), or
+// cooperatively.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 namespace fastreduce {
 
 enum class After { Stream, Producer };
+
+namespace detail {
+template <typename... Params, typename... Args>
+cudaError_t launch_with(cudaLaunchAttribute* attributes, unsigned count, void (*kernel)(Params...), dim3 grid,
+                        dim3 block, size_t shared_bytes, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+}  // namespace detail
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...). With After::Producer
 // the kernel may start while the previous kernel of the stream drains; it must
@@ -17,15 +36,30 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = after == After::Producer ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return detail::launch_with(&attribute, after == After::Producer ? 1 : 0, kernel, grid, block, shared_bytes, stream,
+                             args...);
+}
+
+// A cooperative launch: every block is resident at once, so the kernel may
+// wait for the whole grid (cooperative_groups::this_grid().sync()). The grid
+// must fit: at most resident_blocks() a multiprocessor.
+template <typename... Params, typename... Args>
+cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                               cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  return detail::launch_with(&attribute, 1, kernel, grid, block, shared_bytes, stream, args...);
+}
+
+// How many blocks of `kernel` (threads and dynamic shared bytes each) one
+// multiprocessor holds at once; at least 1.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads, size_t shared_bytes = 0) {
+  int resident = 0;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, shared_bytes) == cudaSuccess
+             ? std::max(resident, 1)
+             : 1;
 }
 
 }  // namespace fastreduce

@@ -1,10 +1,14 @@
 #include "norms.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "../kernels/norm_kernels.cuh"
 #include "../kernels/normalize_kernels.cuh"
+#include "launch.h"
 #include "reduce.h"
 #include "rows.h"
 
@@ -18,8 +22,11 @@ using namespace rows;
 // registers: rows of up to kWarpRowMax in one wave of at most
 // kFusedBlocksPerSm blocks, each folding its rows into one partial row (its
 // shared memory holds every warp's sums); longer rows in a few blocks per SM
-// (kLongRowWarpsPerSm) of consecutive rows each. Otherwise (rows
-// too long for registers or shared memory) a separate pass reads x and dy.
+// (kLongRowWarpsPerSm) of consecutive rows each; that grid fits on the GPU at
+// once, so the kernel also does stage two after a grid-wide barrier (a
+// cooperative launch; bf16 rms_norm (8192, 4096): the column sum, its second
+// pass and the gaps cost 13-15 µs of 82-85). Otherwise (rows too long for
+// registers or shared memory) a separate pass reads x and dy.
 constexpr int kFusedBlocksPerSm = 2;
 // Long rows: enough blocks for about kLongRowWarpsPerSm warps per SM, 2 to 8
 // blocks (bf16 backward, µs: (8192, 4096) in 4-warp blocks 82 at 4 per SM,
@@ -67,6 +74,18 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
   return {false, chunks, ceil_div(rows, chunks), 0, partial_bytes(chunks)};
 }
 
+// resident_blocks, remembered per (kernel, threads, shared bytes): the
+// backward asks on every call.
+template <typename Kernel>
+int resident_blocks_of(Kernel kernel, int threads, size_t shared) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, size_t>, int> known;
+  const std::tuple<const void*, int, size_t> key{reinterpret_cast<const void*>(kernel), threads, shared};
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(key);
+  if (found != known.end()) return found->second;
+  return known[key] = resident_blocks(kernel, threads, shared);
+}
 
 // The rows of `a` with the residual already added: h = x + residual in a
 // separate pass, for the kernels that do not fuse the add.
@@ -135,27 +154,41 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, opmath_t<T>* dweight, opmath_t<
   lanes.partial_w = fused ? partial_w : nullptr;
   lanes.partial_b = fused ? partial_b : nullptr;
   lanes.rows_per_group = fused ? plan.rows_per_chunk : 1;  // unfused: a row per warp or block
+  // The fused kernel folds its own partial rows (one launch) when its grid
+  // fits on the GPU at once; else a column sum of them follows.
+  bool folded = false;
+  auto launch = [&](auto kernel, int64_t blocks, int threads) {
+    if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
+    folded = fused && blocks <= int64_t(sm_count) * resident_blocks_of(kernel, threads, shared);
+    if (!folded) {
+      kernel<<<blocks, threads, shared, stream>>>(lanes);
+      return cudaGetLastError();
+    }
+    NormBackwardArgs<T> folding = lanes;
+    folding.dweight = dweight;
+    folding.dbias = dbias;
+    return launch_cooperative(kernel, blocks, threads, shared, stream, folding);
+  };
   cudaError_t err = cudaSuccess;
   if (n <= kWarpRowMax) {
     err = with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;
-      const auto kernel = norm_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, kCentered>;
-      if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
-      kernel<<<fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads, shared, stream>>>(lanes);
-      return cudaGetLastError();
+      return launch(norm_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, kCentered>,
+                    fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
   } else {
-    err = launch_block_lanes<T>(
-        fused ? plan.chunks : rows, shared, n, buffers, stream,
-        [](auto packs, auto vec) {
-          return norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, kCentered>;
+    err = with_block_lanes<T>(
+        n, buffers,
+        [&](auto packs, auto vec, int threads) {
+          return launch(norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, kCentered>,
+                        fused ? plan.chunks : rows, threads);
         },
-        std::make_tuple(lanes), [&] {
+        [&] {
           return launch_block_rows(norm_backward_block_kernel<T, kCentered>, 2, sizeof(A), rows, n, stream,
                                    std::make_tuple(a));
         });
   }
-  if (err != cudaSuccess || !params) return err;
+  if (err != cudaSuccess || !params || folded) return err;
 
   if (!plan.fused) {
     NormBackwardArgs<T> sums = a;
@@ -238,6 +271,7 @@ cudaError_t norm_backward(const NormShape& shape, const NormBackward& io, void* 
                                 static_cast<const T*>(io.grad_residual), static_cast<const A*>(io.mean),
                                 static_cast<const A*>(io.rstd),   static_cast<const T*>(io.weight),
                                 static_cast<T*>(io.dx),           nullptr,
+                                nullptr,                          nullptr,
                                 nullptr,                          shape.rows,
                                 shape.n,                          1};
     auto* dweight = static_cast<A*>(io.dweight);

@@ -135,13 +135,6 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, const I
 template <typename Op, typename In>
 constexpr int kColumnPack = std::min<int>(Vec16<In>::kSize, std::max<int>(1, 64 / sizeof(typename Op::acc_t)));
 
-template <typename Kernel>
-int resident_blocks(Kernel kernel, int threads) {
-  int resident = 0;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0) == cudaSuccess
-             ? std::max(resident, 1) : 1;
-}
-
 template <typename Op, typename In, typename Sink>
 const KernelFacts& kernel_facts() {
   using Acc = typename Op::acc_t;

@@ -128,27 +128,35 @@ inline int block_lane_threads(int64_t groups) {
   return threads <= kRowThreadsMax ? threads : 0;
 }
 
-// Launches kernel_for(kPacks, kVec) (integral constants) on `blocks` blocks
-// that share each row with the row in registers, or returns fallback() when
-// the row does not fit. Rows beyond kWarpRowMax have over 128 packs, so 3 or
-// 4 per thread.
-template <typename T, typename KernelFor, typename Args, typename Fallback>
-cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
-                               std::initializer_list<const void*> buffers, cudaStream_t stream,
-                               KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
+// Calls f(kPacks, kVec, threads) (the first two integral constants) for rows
+// held in registers by a block each, or returns fallback() when the row does
+// not fit. Rows beyond kWarpRowMax have over 128 packs, so 3 or 4 a thread.
+template <typename T, typename F, typename Fallback>
+cudaError_t with_block_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
   return with_vec<T>(n, buffers, [&](auto vec) {
     const int64_t groups = n / decltype(vec)::value;
     const int threads = block_lane_threads(groups);
     if (threads == 0) return fallback();
-    auto launch = [&](auto packs) {
-      const auto kernel = kernel_for(packs, vec);
-      if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
-      std::apply([&](auto... a) { kernel<<<blocks, threads, shared_bytes, stream>>>(a...); }, args);
-      return cudaGetLastError();
-    };
-    return ceil_div(groups, threads) <= 3 ? launch(std::integral_constant<int, 3>{})
-                                          : launch(std::integral_constant<int, 4>{});
+    return ceil_div(groups, threads) <= 3 ? f(std::integral_constant<int, 3>{}, vec, threads)
+                                          : f(std::integral_constant<int, 4>{}, vec, threads);
   });
+}
+
+// Launches kernel_for(kPacks, kVec) on `blocks` blocks as with_block_lanes
+// picks them.
+template <typename T, typename KernelFor, typename Args, typename Fallback>
+cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
+                               std::initializer_list<const void*> buffers, cudaStream_t stream,
+                               KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
+  return with_block_lanes<T>(
+      n, buffers,
+      [&](auto packs, auto vec, int threads) {
+        const auto kernel = kernel_for(packs, vec);
+        if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
+        std::apply([&](auto... a) { kernel<<<blocks, threads, shared_bytes, stream>>>(a...); }, args);
+        return cudaGetLastError();
+      },
+      fallback);
 }
 
 // One block per row with `slots` rows of n accumulators cached in shared
