@@ -302,11 +302,12 @@ def test_more_rows_than_one_wave(dtype):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 8192, 12000])
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000])
 def test_long_rows(dtype, n):
     # Rows past 1024 run one block per row with the row in registers (16-byte
     # packs up to 8192 floats or 16384 halves, element-wise up to 2048), the
-    # shared-memory kernels beyond: 2049 and 12000 floats take those.
+    # shared-memory kernels beyond: 2049 and 12000 floats take those. 6144
+    # floats: 48 KiB of dynamic shared memory, past the limit with the static.
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     b = torch.randn(n, device="cuda").to(dtype).requires_grad_()

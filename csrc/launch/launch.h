@@ -5,8 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 namespace fastreduce {
 
 enum class After { Stream, Producer };
@@ -53,13 +51,13 @@ cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block,
 }
 
 // How many blocks of `kernel` (threads and dynamic shared bytes each) one
-// multiprocessor holds at once; at least 1.
+// multiprocessor holds at once: 0 when it cannot run so (or the query failed).
 template <typename Kernel>
 int resident_blocks(Kernel kernel, int threads, size_t shared_bytes = 0) {
   int resident = 0;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, shared_bytes) == cudaSuccess
-             ? std::max(resident, 1)
-             : 1;
+             ? resident
+             : 0;
 }
 
 }  // namespace fastreduce

@@ -54,14 +54,16 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
   const size_t slot_bytes = (n * acc + 15) / 16 * 16;  // one row_cache() slot
   if (n <= kWarpRowMax) {
     const size_t shared = 2 * kWarpRowsPerBlock * slot_bytes;
-    if (known && shared <= size_t(per_block)) {
-      const int64_t blocks_per_sm = std::clamp<int64_t>(per_sm / (shared + 1024), 1, kFusedBlocksPerSm);
+    if (known && shared + kStaticSharedBytes <= size_t(per_block)) {
+      // Each block also takes the 1 KiB the hardware reserves.
+      const int64_t blocks_per_sm =
+          std::clamp<int64_t>(per_sm / (shared + kStaticSharedBytes + 1024), 1, kFusedBlocksPerSm);
       const int64_t chunks = std::min(warp_row_blocks(rows), sm_count * blocks_per_sm);
       return {true, chunks, ceil_div(rows, chunks * kWarpRowsPerBlock), shared, partial_bytes(chunks)};
     }
   } else {
     const size_t shared = 2 * slot_bytes;
-    if (known && block_lane_threads(n / vec) != 0 && shared + 1024 <= size_t(per_block)) {
+    if (known && block_lane_threads(n / vec) != 0 && shared + kStaticSharedBytes <= size_t(per_block)) {
       const int warps = block_lane_threads(n / vec) / kWarpSize;
       const int64_t blocks_per_sm = std::clamp(kLongRowWarpsPerSm / warps, 2, 8);
       const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, sm_count * blocks_per_sm));

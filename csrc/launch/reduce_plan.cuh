@@ -139,11 +139,11 @@ template <typename Op, typename In, typename Sink>
 const KernelFacts& kernel_facts() {
   using Acc = typename Op::acc_t;
   constexpr int kPack = kColumnPack<Op, In>;
-  static const KernelFacts facts{
-      resident_blocks(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads),
-      resident_blocks(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
-      resident_blocks(reduce_columns_kernel<Op, In, Acc*, false, kPack, kColumnTile>, kColumnThreads),
-      resident_blocks(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0>, kColumnThreads), kPack};
+  auto per_sm = [](auto kernel, int threads) { return std::max(resident_blocks(kernel, threads), 1); };
+  static const KernelFacts facts{per_sm(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads),
+                                 per_sm(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
+                                 per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kColumnTile>, kColumnThreads),
+                                 per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0>, kColumnThreads), kPack};
   return facts;
 }
 

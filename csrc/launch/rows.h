@@ -26,10 +26,14 @@ inline int row_threads(int64_t n) {
   return threads;
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory (beyond 48 KiB it must opt in).
+// Room the row kernels' static shared scratch takes beside the dynamic bytes.
+constexpr size_t kStaticSharedBytes = 1024;
+
+// Lets `kernel` take `bytes` of dynamic shared memory: beyond 48 KiB with
+// its static scratch it must opt in.
 template <typename Kernel>
 cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
+  if (bytes + kStaticSharedBytes <= 48 * 1024) return cudaSuccess;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
@@ -42,7 +46,7 @@ size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t elem_size) {
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
     return 0;
-  if (bytes > size_t(limit) - 1024) return 0;  // leave room for the static scratch
+  if (bytes > size_t(limit) - kStaticSharedBytes) return 0;
   return allow_shared_bytes(kernel, bytes) == cudaSuccess ? bytes : 0;
 }
 
