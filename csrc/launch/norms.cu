@@ -76,13 +76,16 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
   return {false, chunks, ceil_div(rows, chunks), 0, partial_bytes(chunks)};
 }
 
-// resident_blocks, remembered per (kernel, threads, shared bytes): the
-// backward asks on every call.
+// resident_blocks, remembered per (device, kernel, threads, shared bytes):
+// the backward asks on every call.
 template <typename Kernel>
 int resident_blocks_of(Kernel kernel, int threads, size_t shared) {
+  using Key = std::tuple<int, const void*, int, size_t>;
   static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, size_t>, int> known;
-  const std::tuple<const void*, int, size_t> key{reinterpret_cast<const void*>(kernel), threads, shared};
+  static std::map<Key, int> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const Key key{device, reinterpret_cast<const void*>(kernel), threads, shared};
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = known.find(key);
   if (found != known.end()) return found->second;
