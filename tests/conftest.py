@@ -36,3 +36,19 @@ def offset_view(x: torch.Tensor, offset: int) -> torch.Tensor:
     view = flat[offset:].view(x.shape)
     view.copy_(x)
     return view
+
+
+def side_stream_then_graph(step):
+    """What ``step()`` (a tuple of CUDA tensors) gives on a side stream, then
+    captured in a CUDA graph and replayed once: both, after a synchronize."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        on_side_stream = step()  # also the warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    return on_side_stream, tuple(t.clone() for t in captured)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import fastreduce_torch as fr
-from conftest import DEVICES, requires_cuda
+from conftest import DEVICES, requires_cuda, side_stream_then_graph
 
 LOW = [torch.float32, torch.float16, torch.bfloat16]
 WIDTHS = [1, 31, 33, 200, 768, 1025, 4096, 70000]
@@ -254,16 +254,7 @@ def test_parameter_gradients_folded_in_one_launch(dtype, rows, n):
             error_vs_reference(mine, torch_own, exact)
 
     step = lambda: grads(lambda *a: fr.layer_norm(a[0], n, a[1], a[2]), x, w, b)  # noqa: E731
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        on_side_stream = step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
-    graph.replay()
-    torch.cuda.synchronize()
+    on_side_stream, captured = side_stream_then_graph(step)
     for first, *others in zip(ours, step(), on_side_stream, captured):
         assert all(torch.equal(first, other) for other in others)
 

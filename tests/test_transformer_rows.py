@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import fastreduce_torch as fr
-from conftest import DEVICES, offset_view, requires_cuda
+from conftest import DEVICES, offset_view, requires_cuda, side_stream_then_graph
 
 LOW = [torch.float32, torch.float16, torch.bfloat16]
 # 1, 33: element-wise rows; 200, 768: warp rows; 1500, 4096: block rows in
@@ -436,14 +436,6 @@ def test_cuda_graph_capture_and_determinism():
         (dw,) = torch.autograd.grad(out.float().square().sum(), w)
         return out, h, loss, dw
 
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        expected = step()  # warm-up outside the graph
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
-    graph.replay()
-    torch.cuda.synchronize()
+    expected, captured = side_stream_then_graph(step)
     for a, b in zip(captured, expected):
         assert torch.equal(a, b)  # bitwise: the same kernels, no atomics
