@@ -24,9 +24,9 @@ using namespace rows;
 // shared memory holds every warp's sums); longer rows in a few blocks per SM
 // (kLongRowWarpsPerSm) of consecutive rows each; that grid fits on the GPU at
 // once, so the kernel also does stage two after a grid-wide barrier (a
-// cooperative launch; bf16 rms_norm (8192, 4096): the column sum, its second
-// pass and the gaps cost 13-15 µs of 82-85). Otherwise (rows too long for
-// registers or shared memory) a separate pass reads x and dy.
+// cooperative launch: one launch instead of three; bf16 rms_norm backward
+// (8192, 4096) 85.1 -> 83.3 µs, (32768, 1024) 82.4 -> 77.9). Otherwise (rows
+// too long for registers or shared memory) a separate pass reads x and dy.
 constexpr int kFusedBlocksPerSm = 2;
 // Long rows: enough blocks for about kLongRowWarpsPerSm warps per SM, 2 to 8
 // blocks (bf16 backward, µs: (8192, 4096) in 4-warp blocks 82 at 4 per SM,
