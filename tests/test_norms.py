@@ -221,14 +221,16 @@ def test_layer_norm_parameter_gradients_deterministic(n):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype, rows, n", [(dtype, rows, n) for dtype in LOW
-                                             for rows, n in [(3000, 4096), (5000, 1024), (2500, 1030), (700, 96)]]
+                                             for rows, n in [(3000, 4096), (5000, 1024), (2500, 1030), (700, 96),
+                                                             (9000, 1600)]]
                          + [(torch.float64, 3000, 768)])
 def test_parameter_gradients_folded_in_one_launch(dtype, rows, n):
     # The register kernels fold their weight and bias gradient partials
     # themselves after a grid-wide barrier (a cooperative launch): a full
     # wave of blocks at (3000, 4096) and (5000, 1024), element-wise columns
-    # at 1030, warps at 96. float64 rows of 768 take 192 registers a thread,
-    # so their grid does not fit at once: the column sum after the kernel.
+    # at 1030, warps at 96. Not folded, the column sum after the kernel
+    # instead: half rows of 1600 (over 4 partial rows a SM) and float64 rows
+    # of 768 (192 registers a thread: the grid does not fit at once).
     # Checked against float64 (float64: against torch), run to run, on a side
     # stream and replayed from a CUDA graph.
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()

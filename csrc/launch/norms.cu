@@ -32,6 +32,11 @@ constexpr int kFusedBlocksPerSm = 2;
 // blocks (bf16 backward, µs: (8192, 4096) in 4-warp blocks 82 at 4 per SM,
 // 88 at 8; (8192, 1600) in 2-warp blocks 67 at 4, 56 at 8).
 constexpr int kLongRowWarpsPerSm = 16;
+// The kernel folds its partial rows itself up to this many a SM; beyond, the
+// fold (its threads walking hundreds of rows) costs more than the column sum
+// after it (bf16 layer_norm backward (8192, 1600), 1024 partial rows of 64
+// threads' blocks: 54.2 -> 57.5 µs folded; at 264-512 rows it gained 2-9 µs).
+constexpr int kFoldedPartialsPerSm = 4;
 
 struct ParamGradPlan {
   bool fused;
@@ -160,11 +165,12 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, opmath_t<T>* dweight, opmath_t<
   lanes.partial_b = fused ? partial_b : nullptr;
   lanes.rows_per_group = fused ? plan.rows_per_chunk : 1;  // unfused: a row per warp or block
   // The fused kernel folds its own partial rows (one launch) when its grid
-  // fits on the GPU at once; else a column sum of them follows.
+  // fits on the GPU at once and they are few; else a column sum follows.
   bool folded = false;
   auto launch = [&](auto kernel, int64_t blocks, int threads) {
     if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
-    folded = fused && blocks <= int64_t(sm_count) * resident_blocks_of(kernel, threads, shared);
+    folded = fused && blocks <= int64_t(sm_count) * kFoldedPartialsPerSm &&
+             blocks <= int64_t(sm_count) * resident_blocks_of(kernel, threads, shared);
     if (!folded) {
       kernel<<<blocks, threads, shared, stream>>>(lanes);
       return cudaGetLastError();
