@@ -70,6 +70,25 @@ struct alignas((sizeof(In) * N) & (~(sizeof(In) * N) + 1)) VecN {
 template <typename In>
 using Vec16 = VecN<In, 16 / sizeof(In)>;
 
+// A value that another block of this launch wrote, read from L2 (L1 is not
+// coherent across SMs): one 16-byte load for 16-byte aligned packs, else
+// word by word.
+template <typename T>
+__device__ __forceinline__ T load_from_other_block(const T* p) {
+  static_assert(sizeof(T) % sizeof(unsigned int) == 0, "accumulators are whole 32-bit words");
+  T value;
+  if constexpr (sizeof(T) == 16 && alignof(T) == 16) {
+    const uint4 pack = __ldcg(reinterpret_cast<const uint4*>(p));
+    memcpy(&value, &pack, sizeof(T));
+  } else {
+    auto* words = reinterpret_cast<unsigned int*>(&value);
+#pragma unroll
+    for (int k = 0; k < int(sizeof(T) / sizeof(unsigned int)); ++k)
+      words[k] = __ldcg(reinterpret_cast<const unsigned int*>(p) + k);
+  }
+  return value;
+}
+
 // Whether Op folds a whole pack at once (fold_pack), paying its per-step
 // cost (a division, a rescale) once per pack instead of once per element.
 template <typename Op, typename In, int N, typename = void>

@@ -21,19 +21,17 @@ struct PackSum {
 // out[c] = sum of partials[r * n + c] over r < count, for groups of kVec
 // columns: block b folds groups b, b + gridDim.x, ...; thread t adds rows t,
 // t + blockDim.x, ... in order and the block combines its threads as
-// block_allreduce does: bitwise reproducible for a given launch shape. The
-// partials are read from L2 (other blocks wrote them; L1 is not coherent).
+// block_allreduce does: bitwise reproducible for a given launch shape.
 template <int kVec, typename A>
 __device__ void fold_column_groups(const A* partials, int count, int64_t n, A* out) {
   using Pack = VecN<A, kVec>;
-  static_assert(sizeof(Pack) == sizeof(A) * kVec && (kVec == 1 || sizeof(Pack) == 16), "one load per group");
-  using Word = std::conditional_t<kVec == 1, A, uint4>;
+  static_assert(kVec == 1 || (sizeof(Pack) == 16 && alignof(Pack) == 16), "one load per group");
   __shared__ Pack scratch[kWarpSize];
   for (int64_t group = blockIdx.x; group < n / kVec; group += gridDim.x) {
     Pack sum{};
     for (int r = threadIdx.x; r < count; r += blockDim.x) {
-      const Word word = __ldcg(reinterpret_cast<const Word*>(partials + r * n) + group);
-      sum = PackSum<A, kVec>::combine(sum, reinterpret_cast<const Pack&>(word));
+      const Pack* row = reinterpret_cast<const Pack*>(partials + r * n);
+      sum = PackSum<A, kVec>::combine(sum, load_from_other_block(row + group));
     }
     sum = block_allreduce<PackSum<A, kVec>>(sum, scratch);
     if (threadIdx.x == 0) reinterpret_cast<Pack*>(out)[group] = sum;

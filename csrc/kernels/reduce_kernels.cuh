@@ -53,19 +53,6 @@ __global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
   if (threadIdx.x == 0) op.store(out, 0, acc);
 }
 
-// A value that another block of this launch wrote, read from L2 (L1 is not
-// coherent across SMs).
-template <typename T>
-__device__ __forceinline__ T load_from_other_block(const T* p) {
-  static_assert(sizeof(T) % sizeof(unsigned int) == 0, "accumulators are whole 32-bit words");
-  T value;
-  auto* words = reinterpret_cast<unsigned int*>(&value);
-#pragma unroll
-  for (int k = 0; k < int(sizeof(T) / sizeof(unsigned int)); ++k)
-    words[k] = __ldcg(reinterpret_cast<const unsigned int*>(p) + k);
-  return value;
-}
-
 // Called by every thread of a block once it has stored its share of the
 // block's partials: whether this block is the last of `blocks` to count
 // itself in at *counter. The last one sets the counter back to zero (every
