@@ -3,7 +3,9 @@ and mixed dtypes as torch has them, compiled backward of every op, and the
 C++ autograd's no-grad path."""
 
 import copy
+import gc
 import itertools
+import weakref
 
 import pytest
 import torch
@@ -235,3 +237,108 @@ def test_no_grad_calls_record_nothing(device):
     assert fr.sum(x, 1).grad_fn is not None and fr.causal_softmax(x[:, :4].reshape(1, 4, 4)).grad_fn is not None
     out, mean, rstd = torch.ops.fastreduce.layer_norm(x, [8], None, None, 1e-5)
     assert out.requires_grad and not mean.requires_grad and not rstd.requires_grad
+
+
+def differentiable_calls(device):
+    """Each differentiable op once, as (name, inputs that require grad, call)."""
+    def tensor(*shape):
+        return torch.randn(*shape, device=device, requires_grad=True)
+
+    target = torch.tensor([1, 0, 3, 2], device=device)
+    return [
+        ("sum", [tensor(4, 8)], lambda x: fr.sum(x, 1)),
+        ("mean", [tensor(4, 8)], lambda x: fr.mean(x, 0)),
+        ("prod", [tensor(4, 8)], lambda x: fr.prod(x, 1)),
+        ("amax", [tensor(4, 8)], lambda x: fr.amax(x, 1)),
+        ("amin", [tensor(4, 8)], lambda x: fr.amin(x, 1)),
+        ("layer_norm", [tensor(4, 8), tensor(8), tensor(8)], lambda x, w, b: fr.layer_norm(x, 8, w, b)),
+        ("rms_norm", [tensor(4, 8), tensor(8)], lambda x, w: fr.rms_norm(x, 8, w)),
+        ("add_layer_norm", [tensor(4, 8), tensor(4, 8), tensor(8)],
+         lambda x, r, w: fr.add_layer_norm(x, r, 8, w)),
+        ("add_rms_norm", [tensor(4, 8), tensor(4, 8), tensor(8)], lambda x, r, w: fr.add_rms_norm(x, r, 8, w)),
+        ("cross_entropy", [tensor(4, 8)], lambda x: fr.cross_entropy(x, target)),
+        ("softmax", [tensor(4, 8)], lambda x: fr.softmax(x, 1)),
+        ("causal_softmax", [tensor(2, 4, 4)], lambda s: fr.causal_softmax(s, 0.5)),
+        ("var", [tensor(4, 8)], lambda x: fr.var(x, 1)),
+        ("std", [tensor(4, 8)], lambda x: fr.std(x, 1)),
+        ("var_mean", [tensor(4, 8)], lambda x: fr.var_mean(x, 1)),
+        ("std_mean", [tensor(4, 8)], lambda x: fr.std_mean(x, 1)),
+        ("logsumexp", [tensor(4, 8)], lambda x: fr.logsumexp(x, 1)),
+        ("norm", [tensor(4, 8)], lambda x: fr.norm(x, 2, 1)),
+        ("aminmax", [tensor(4, 8)], lambda x: fr.aminmax(x, dim=1)),
+    ]
+
+
+def as_tuple(outputs):
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_nodes_name_their_op_and_free_what_they_saved(device):
+    # torch keeps a tensor's Python object alive while C++ holds the tensor,
+    # so a node that outlived its outputs (a cycle through a saved output)
+    # would keep these weak references alive.
+    for case in range(len(differentiable_calls(device))):
+        name, inputs, call = differentiable_calls(device)[case]
+        outputs = as_tuple(call(*inputs))
+        grad_fn = outputs[0].grad_fn
+        assert grad_fn is not None and name.replace("_", "") in grad_fn.name().lower(), (name, grad_fn.name())
+        assert sum(edge[0] is not None for edge in grad_fn.next_functions) == len(inputs), name
+        refs = [weakref.ref(t) for t in (*inputs, *outputs)]
+        del inputs, outputs, grad_fn
+        gc.collect()
+        assert all(ref() is None for ref in refs), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_twice_and_dual_tensors_raise(device):
+    for name, inputs, call in differentiable_calls(device):
+        if name in ("sum", "mean"):  # save no tensors: a second backward is fine, as torch's
+            continue
+        loss = sum(t.sum() for t in as_tuple(call(*inputs)) if t.requires_grad)
+        loss.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            loss.backward()
+    x = torch.randn(4, 8, device=device)
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x, torch.ones_like(x))
+        with pytest.raises(NotImplementedError, match="forward-mode AD"):
+            fr.softmax(dual, 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_output_of_a_fused_norm_reaches_backward(device):
+    # The unused output's gradient is zeros, as torch.autograd.Function gives.
+    x, r, w = (torch.randn(*shape, device=device, dtype=torch.float64, requires_grad=True)
+               for shape in ((6, 16), (6, 16), (16,)))
+    for op, reference in ((fr.add_layer_norm, lambda h: F.layer_norm(h, (16,), w)),
+                          (fr.add_rms_norm, lambda h: F.rms_norm(h, (16,), w))):
+        for used in (0, 1):
+            ours = op(x, r, 16, w)[used].sin().sum()
+            h = x + r
+            theirs = (reference(h) if used == 0 else h).sin().sum()
+            for a, e in zip(torch.autograd.grad(ours, (x, r, w), allow_unused=True),
+                            torch.autograd.grad(theirs, (x, r, w), allow_unused=True)):
+                torch.testing.assert_close(a if e is not None else None, e)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_autograd_traces_the_backward_nodes(device):
+    for name, inputs, call in differentiable_calls(device):
+        torch._dynamo.reset()
+        def loss_of(*tensors):
+            return sum((t.float() ** 2).sum() for t in as_tuple(call(*tensors)) if t.requires_grad)
+
+        expected = torch.autograd.grad(loss_of(*inputs), inputs)
+        for t in inputs:
+            t.grad = None
+
+        @torch.compile
+        def step(*tensors):
+            loss_of(*tensors).backward()
+
+        with torch._dynamo.compiled_autograd._enable(torch.compile(backend="eager")):
+            step(*inputs)
+        for t, e in zip(inputs, expected):
+            torch.testing.assert_close(t.grad, e, msg=name)
+    torch._dynamo.reset()

@@ -11,22 +11,23 @@ namespace {
 
 // ---- reductions: sum and mean also need the input's shape and dtype (not
 // the input itself).
-void save_reduction(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+void save_reduction(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
   save_dims(ctx, self, dim, keepdim);
   ctx->saved_data["sizes"] = self.sym_sizes();
   ctx->saved_data["dtype"] = self.scalar_type();
 }
 
-at::Tensor expand_to_input(AutogradContext* ctx, const at::Tensor& grad) {
+at::Tensor expand_to_input(NodeContext* ctx, const at::Tensor& grad) {
   return unsqueeze_reduced(ctx, grad).expand_symint(ctx->saved_data["sizes"].toSymIntVector());
 }
 
-at::ScalarType input_dtype(AutogradContext* ctx) { return ctx->saved_data["dtype"].toScalarType(); }
+at::ScalarType input_dtype(NodeContext* ctx) { return ctx->saved_data["dtype"].toScalarType(); }
 
 // sum and mean: the gradient broadcast back over the reduced dims (divided
 // by their element count for mean), in the input's dtype.
 template <bool IsMean>
-struct SumMeanFunction : torch::autograd::Function<SumMeanFunction<IsMean>> {
+struct SumMeanFunction : OpFunction<SumMeanFunction<IsMean>> {
+  static constexpr const char* kName = IsMean ? "fastreduce::MeanBackward" : "fastreduce::SumBackward";
   static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
     if constexpr (IsMean) {
@@ -35,13 +36,13 @@ struct SumMeanFunction : torch::autograd::Function<SumMeanFunction<IsMean>> {
       return call_sum(self, dim, keepdim, dtype);
     }
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
     save_reduction(ctx, self, dim, keepdim);
     at::AutoDispatchBelowADInplaceOrView below;
     return op_call(self, dim, keepdim, dtype);
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     at::Tensor grad = expand_to_input(ctx, grads[0]);
     if constexpr (IsMean) {
       const auto sizes = ctx->saved_data["sizes"].toSymIntVector();
@@ -53,12 +54,13 @@ struct SumMeanFunction : torch::autograd::Function<SumMeanFunction<IsMean>> {
   }
 };
 
-struct ProdFunction : torch::autograd::Function<ProdFunction> {
+struct ProdFunction : OpFunction<ProdFunction> {
+  static constexpr const char* kName = "fastreduce::ProdBackward";
   static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
     return call_prod(self, dim, keepdim, dtype);
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
     at::Tensor result;
     {
@@ -70,7 +72,7 @@ struct ProdFunction : torch::autograd::Function<ProdFunction> {
     ctx->save_for_backward({self, result});
     return result;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto& dim = ctx->saved_data["dim"];
     const std::vector<int64_t> dims = dim.isNone() ? std::vector<int64_t>() : dim.toIntVector();
@@ -82,7 +84,8 @@ struct ProdFunction : torch::autograd::Function<ProdFunction> {
 
 // amax and amin: ties share the gradient evenly, as in torch.
 template <bool IsMax>
-struct ExtremumFunction : torch::autograd::Function<ExtremumFunction<IsMax>> {
+struct ExtremumFunction : OpFunction<ExtremumFunction<IsMax>> {
+  static constexpr const char* kName = IsMax ? "fastreduce::AmaxBackward" : "fastreduce::AminBackward";
   static at::Tensor op_call(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
     if constexpr (IsMax) {
       return call_amax(self, dim, keepdim);
@@ -90,10 +93,10 @@ struct ExtremumFunction : torch::autograd::Function<ExtremumFunction<IsMax>> {
       return call_amin(self, dim, keepdim);
     }
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
     return forward_saving_input_and_result<ExtremumFunction<IsMax>>(ctx, self, dim, keepdim);
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor ties = saved[0].eq(unsqueeze_reduced(ctx, saved[1])).to(grads[0].scalar_type());
     const at::Tensor count = ties.sum(ctx->saved_data["dims"].toIntVector(), /*keepdim=*/true);
@@ -103,14 +106,15 @@ struct ExtremumFunction : torch::autograd::Function<ExtremumFunction<IsMax>> {
 
 // ---- normalisations: the backward ops take what the forward saved.
 
-struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
+struct LayerNormFunction : OpFunction<LayerNormFunction> {
+  static constexpr const char* kName = "fastreduce::LayerNormBackward";
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> op_call(const at::Tensor& input,
                                                                 at::IntArrayRef normalized_shape,
                                                                 const std::optional<at::Tensor>& weight,
                                                                 const std::optional<at::Tensor>& bias, double eps) {
     return call_layer_norm(input, normalized_shape, weight, bias, eps);
   }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
+  static variable_list forward(NodeContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
                                const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                                double eps) {
     at::Tensor out, mean, rstd;
@@ -123,7 +127,7 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     ctx->mark_non_differentiable({mean, rstd});
     return {out, mean, rstd};
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &weight = saved[3], &bias = saved[4];
     auto [dx, dweight, dbias] =
@@ -133,13 +137,14 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
   }
 };
 
-struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+struct RmsNormFunction : OpFunction<RmsNormFunction> {
+  static constexpr const char* kName = "fastreduce::RmsNormBackward";
   static std::tuple<at::Tensor, at::Tensor> op_call(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                     const std::optional<at::Tensor>& weight,
                                                     std::optional<double> eps) {
     return call_rms_norm(input, normalized_shape, weight, eps);
   }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
+  static variable_list forward(NodeContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
                                const std::optional<at::Tensor>& weight, std::optional<double> eps) {
     at::Tensor out, rstd;
     {
@@ -151,7 +156,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     ctx->mark_non_differentiable({rstd});
     return {out, rstd};
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     auto [dx, dweight] = call_rms_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(),
                                                 saved[1], or_none(saved[2]), std::nullopt);
@@ -162,13 +167,14 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 // The fused residual add: the gradient reaching residual_out joins the norm's
 // input gradient in the backward kernel, and the sum is the gradient of both
 // input and residual.
-struct AddLayerNormFunction : torch::autograd::Function<AddLayerNormFunction> {
+struct AddLayerNormFunction : OpFunction<AddLayerNormFunction> {
+  static constexpr const char* kName = "fastreduce::AddLayerNormBackward";
   static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> op_call(
       const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
     return call_add_layer_norm(input, residual, normalized_shape, weight, bias, eps);
   }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& residual,
+  static variable_list forward(NodeContext* ctx, const at::Tensor& input, const at::Tensor& residual,
                                at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
                                const std::optional<at::Tensor>& bias, double eps) {
     at::Tensor out, residual_out, mean, rstd;
@@ -181,7 +187,7 @@ struct AddLayerNormFunction : torch::autograd::Function<AddLayerNormFunction> {
     ctx->mark_non_differentiable({mean, rstd});
     return {out, residual_out, mean, rstd};
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &weight = saved[3], &bias = saved[4];
     auto [dx, dweight, dbias] =
@@ -191,14 +197,15 @@ struct AddLayerNormFunction : torch::autograd::Function<AddLayerNormFunction> {
   }
 };
 
-struct AddRmsNormFunction : torch::autograd::Function<AddRmsNormFunction> {
+struct AddRmsNormFunction : OpFunction<AddRmsNormFunction> {
+  static constexpr const char* kName = "fastreduce::AddRmsNormBackward";
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> op_call(const at::Tensor& input, const at::Tensor& residual,
                                                                 at::IntArrayRef normalized_shape,
                                                                 const std::optional<at::Tensor>& weight,
                                                                 std::optional<double> eps) {
     return call_add_rms_norm(input, residual, normalized_shape, weight, eps);
   }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& residual,
+  static variable_list forward(NodeContext* ctx, const at::Tensor& input, const at::Tensor& residual,
                                at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
                                std::optional<double> eps) {
     at::Tensor out, residual_out, rstd;
@@ -211,7 +218,7 @@ struct AddRmsNormFunction : torch::autograd::Function<AddRmsNormFunction> {
     ctx->mark_non_differentiable({rstd});
     return {out, residual_out, rstd};
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     auto [dx, dweight] = call_rms_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(),
                                                 saved[1], or_none(saved[2]), grads[1]);
@@ -221,13 +228,14 @@ struct AddRmsNormFunction : torch::autograd::Function<AddRmsNormFunction> {
 
 // lse is differentiable too (z-loss: d lse / d x = softmax(x)). Gradients are
 // not materialised: an unused loss or lse costs nothing in the backward.
-struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
+struct CrossEntropyFunction : OpFunction<CrossEntropyFunction> {
+  static constexpr const char* kName = "fastreduce::CrossEntropyBackward";
   static std::tuple<at::Tensor, at::Tensor> op_call(const at::Tensor& input, const at::Tensor& target,
                                                     c10::string_view reduction, int64_t ignore_index,
                                                     double label_smoothing) {
     return call_cross_entropy(input, target, reduction, ignore_index, label_smoothing);
   }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& target,
+  static variable_list forward(NodeContext* ctx, const at::Tensor& input, const at::Tensor& target,
                                c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
     at::Tensor loss, lse;
     {
@@ -241,7 +249,7 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     ctx->save_for_backward({input, target, lse});
     return {loss, lse};
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const std::string reduction = ctx->saved_data["reduction"].toStringRef();
     at::Tensor grad_loss = grads[0];
@@ -254,11 +262,12 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
   }
 };
 
-struct SoftmaxFunction : torch::autograd::Function<SoftmaxFunction> {
+struct SoftmaxFunction : OpFunction<SoftmaxFunction> {
+  static constexpr const char* kName = "fastreduce::SoftmaxBackward";
   static at::Tensor op_call(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
     return call_softmax(self, dim, dtype);
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, int64_t dim,
+  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, int64_t dim,
                             std::optional<at::ScalarType> dtype) {
     at::Tensor out;
     {
@@ -270,18 +279,19 @@ struct SoftmaxFunction : torch::autograd::Function<SoftmaxFunction> {
     ctx->save_for_backward({out});
     return out;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const at::Tensor out = ctx->get_saved_variables()[0];
     const at::Tensor dx = call_softmax_backward(grads[0], out, ctx->saved_data["dim"].toInt());
     return {dx.to(input_dtype(ctx)), {}, {}};
   }
 };
 
-struct CausalSoftmaxFunction : torch::autograd::Function<CausalSoftmaxFunction> {
+struct CausalSoftmaxFunction : OpFunction<CausalSoftmaxFunction> {
+  static constexpr const char* kName = "fastreduce::CausalSoftmaxBackward";
   static at::Tensor op_call(const at::Tensor& scores, double scale) {
     return call_causal_softmax(scores, scale);
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& scores, double scale) {
+  static at::Tensor forward(NodeContext* ctx, const at::Tensor& scores, double scale) {
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below;
@@ -291,7 +301,7 @@ struct CausalSoftmaxFunction : torch::autograd::Function<CausalSoftmaxFunction> 
     ctx->save_for_backward({out});
     return out;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const at::Tensor out = ctx->get_saved_variables()[0];
     return {call_causal_softmax_backward(grads[0], out, ctx->saved_data["scale"].toDouble()), {}};
   }

@@ -2,23 +2,26 @@
 // autograd_statistics.cpp).
 #pragma once
 
-#include <torch/autograd.h>
-
 #include <algorithm>
 #include <vector>
 
+#include "autograd_node.h"
 #include "common.h"
 
 namespace fastreduce {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
 inline bool wants_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 inline bool wants_grad(const std::optional<at::Tensor>& t) { return t.has_value() && wants_grad(*t); }
 
+inline bool has_forward_grad(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+inline bool has_forward_grad(const std::optional<at::Tensor>& t) { return t.has_value() && has_forward_grad(*t); }
+
+// Whether the call records a backward node. Dual tensors (forward-mode AD)
+// are refused rather than their tangents dropped.
 template <typename... Tensors>
 inline bool any_wants_grad(const Tensors&... tensors) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(tensors) || ...),
+                              "fastreduce: forward-mode AD (dual tensors, torch.func.jvp) is not supported");
   return at::GradMode::is_enabled() && (wants_grad(tensors) || ...);
 }
 
@@ -39,13 +42,13 @@ inline std::vector<int64_t> reduced_dim_list(int64_t ndim, at::OptionalIntArrayR
   return dims;
 }
 
-inline void save_dims(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+inline void save_dims(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
   ctx->saved_data["dims"] = reduced_dim_list(self.dim(), dim);
   ctx->saved_data["keepdim"] = keepdim;
 }
 
 // The output gradient with the reduced dims back as size 1.
-inline at::Tensor unsqueeze_reduced(AutogradContext* ctx, at::Tensor grad) {
+inline at::Tensor unsqueeze_reduced(NodeContext* ctx, at::Tensor grad) {
   if (ctx->saved_data["keepdim"].toBool()) return grad;
   for (int64_t d : ctx->saved_data["dims"].toIntVector()) grad = grad.unsqueeze(d);
   return grad;
@@ -54,7 +57,7 @@ inline at::Tensor unsqueeze_reduced(AutogradContext* ctx, at::Tensor grad) {
 // The forward of a reduction F over (self, dim, keepdim) whose backward
 // needs the input and the result (amax/amin, logsumexp).
 template <typename F>
-at::Tensor forward_saving_input_and_result(AutogradContext* ctx, const at::Tensor& self, at::IntArrayRef dim,
+at::Tensor forward_saving_input_and_result(NodeContext* ctx, const at::Tensor& self, at::IntArrayRef dim,
                                            bool keepdim) {
   at::Tensor result;
   {

@@ -10,7 +10,7 @@ namespace fastreduce {
 namespace {
 
 // Elements folded into each output element, as a SymInt for dynamic shapes.
-c10::SymInt reduced_count(AutogradContext* ctx, const at::Tensor& self) {
+c10::SymInt reduced_count(NodeContext* ctx, const at::Tensor& self) {
   c10::SymInt count = 1;
   for (int64_t d : ctx->saved_data["dims"].toIntVector()) count = count * self.sym_size(d);
   return count;
@@ -20,7 +20,9 @@ c10::SymInt reduced_count(AutogradContext* ctx, const at::Tensor& self) {
 // std's chain rule divides by 2 std (0 where std is 0, as torch); the mean's
 // gradient spreads 1/N over its elements.
 template <bool kRoot, bool kWithMean>
-struct MomentsFunction : torch::autograd::Function<MomentsFunction<kRoot, kWithMean>> {
+struct MomentsFunction : OpFunction<MomentsFunction<kRoot, kWithMean>> {
+  static constexpr const char* kName = kWithMean ? (kRoot ? "fastreduce::StdMeanBackward" : "fastreduce::VarMeanBackward")
+                                             : (kRoot ? "fastreduce::StdBackward" : "fastreduce::VarBackward");
   static variable_list op_call(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                const std::optional<at::Scalar>& correction, bool keepdim) {
     if constexpr (kWithMean) {
@@ -31,7 +33,7 @@ struct MomentsFunction : torch::autograd::Function<MomentsFunction<kRoot, kWithM
       return {kRoot ? call_stddev(self, dim, correction, keepdim) : call_var(self, dim, correction, keepdim)};
     }
   }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim,
+  static variable_list forward(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim,
                                const std::optional<at::Scalar>& correction, bool keepdim) {
     variable_list outputs;
     {
@@ -43,7 +45,7 @@ struct MomentsFunction : torch::autograd::Function<MomentsFunction<kRoot, kWithM
     ctx->save_for_backward({self, outputs[0]});
     return outputs;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &self = saved[0], &spread = saved[1];
     const c10::SymInt count = reduced_count(ctx, self);
@@ -83,14 +85,15 @@ auto moments_autograd(const at::Tensor& self, at::OptionalIntArrayRef dim,
 }
 
 // d logsumexp / dx = exp(x - logsumexp).
-struct LogSumExpFunction : torch::autograd::Function<LogSumExpFunction> {
+struct LogSumExpFunction : OpFunction<LogSumExpFunction> {
+  static constexpr const char* kName = "fastreduce::LogsumexpBackward";
   static at::Tensor op_call(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
     return call_logsumexp(self, dim, keepdim);
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
     return forward_saving_input_and_result<LogSumExpFunction>(ctx, self, dim, keepdim);
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     return {unsqueeze_reduced(ctx, grads[0]) * (saved[0] - unsqueeze_reduced(ctx, saved[1])).exp(), {}, {}};
   }
@@ -125,12 +128,13 @@ at::Tensor norm_backward(const at::Tensor& grad, const at::Tensor& self, const a
   return (x * x.abs().pow(ord - 2) * scale).to(self.scalar_type());
 }
 
-struct NormFunction : torch::autograd::Function<NormFunction> {
+struct NormFunction : OpFunction<NormFunction> {
+  static constexpr const char* kName = "fastreduce::NormBackward";
   static at::Tensor op_call(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
     return call_norm(self, ord, dim, keepdim, dtype);
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self, const at::Scalar& ord,
+  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, const at::Scalar& ord,
                             at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
     at::Tensor result;
     {
@@ -142,7 +146,7 @@ struct NormFunction : torch::autograd::Function<NormFunction> {
     ctx->save_for_backward({self, result});
     return result;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     return {norm_backward(unsqueeze_reduced(ctx, grads[0]), saved[0], unsqueeze_reduced(ctx, saved[1]),
                           ctx->saved_data["ord"].toDouble(), ctx->saved_data["dims"].toIntVector()),
@@ -161,12 +165,13 @@ at::Tensor norm_autograd(const at::Tensor& self, const at::Scalar& ord, at::Opti
 
 // aminmax: each extreme's gradient shared evenly among its ties, as amin
 // and amax.
-struct AminmaxFunction : torch::autograd::Function<AminmaxFunction> {
+struct AminmaxFunction : OpFunction<AminmaxFunction> {
+  static constexpr const char* kName = "fastreduce::AminmaxBackward";
   static variable_list op_call(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
     auto [min, max] = call_aminmax(self, dim, keepdim);
     return {min, max};
   }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& self, std::optional<int64_t> dim,
+  static variable_list forward(NodeContext* ctx, const at::Tensor& self, std::optional<int64_t> dim,
                                bool keepdim) {
     variable_list outputs;
     {
@@ -178,7 +183,7 @@ struct AminmaxFunction : torch::autograd::Function<AminmaxFunction> {
     ctx->save_for_backward({self, outputs[0], outputs[1]});
     return outputs;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto dims = ctx->saved_data["dims"].toIntVector();
     at::Tensor grad;
