@@ -74,6 +74,37 @@ def cases():
         c = data((2, 12, 512, 512), dtype)
         yield (f"causal_softmax (2, 12, 512, 512) {name} vs masked softmax", lambda: fr.causal_softmax(c, 0.125),
                lambda: causal_reference(c, 0.125))
+        yield (f"rms_norm fwd (8192, 768) {name}", lambda: fr.rms_norm(x, 768, w),
+               lambda: F.rms_norm(x, (768,), w))
+        r = data((8192, 768), dtype)
+        yield (f"add_layer_norm fwd (8192, 768) {name} vs add + layer_norm",
+               lambda: fr.add_layer_norm(x, r, 768, w, b), lambda: F.layer_norm(x + r, (768,), w, b))
+        logits = data((4096, 8192), dtype)
+        target = torch.randint(0, 8192, (4096,))
+        yield (f"cross_entropy fwd (4096, 8192) {name}", lambda: fr.cross_entropy(logits, target),
+               lambda: F.cross_entropy(logits, target))
+    yield from family_cases()
+
+
+def family_cases():
+    """The reduction family (issue 10) over rows and columns of (8192, 768)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        name = str(dtype).replace("torch.", "")
+        m = data((8192, 768), dtype)
+        for dim in (0, 1):
+            where = f"dim {dim} (8192, 768) {name}"
+            yield f"var_mean {where}", lambda m=m, d=dim: fr.var_mean(m, d), lambda m=m, d=dim: torch.var_mean(m, d)
+            yield f"std {where}", lambda m=m, d=dim: fr.std(m, d), lambda m=m, d=dim: torch.std(m, d)
+            yield (f"logsumexp {where}", lambda m=m, d=dim: fr.logsumexp(m, d),
+                   lambda m=m, d=dim: torch.logsumexp(m, d))
+            yield (f"norm {where}", lambda m=m, d=dim: fr.norm(m, 2, d),
+                   lambda m=m, d=dim: torch.linalg.vector_norm(m, 2, d))
+            yield f"argmax {where}", lambda m=m, d=dim: fr.argmax(m, d), lambda m=m, d=dim: torch.argmax(m, d)
+            yield (f"aminmax {where}", lambda m=m, d=dim: fr.aminmax(m, dim=d),
+                   lambda m=m, d=dim: torch.aminmax(m, dim=d))
+        positive = m > 0
+        yield f"any dim 1 (8192, 768) bool", lambda: fr.any(positive, 1), lambda: torch.any(positive, 1)
+        yield f"all dim 0 (8192, 768) bool", lambda: fr.all(positive, 0), lambda: torch.all(positive, 0)
 
 
 def main():

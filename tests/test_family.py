@@ -119,6 +119,15 @@ def test_logsumexp_special_values(device):
     assert fr.logsumexp(torch.empty(0, device=device), 0) == -inf
     integers = torch.arange(5, device=device)
     torch.testing.assert_close(fr.logsumexp(integers, 0), torch.logsumexp(integers, 0))
+    # The same rows 40 wide, each special in the middle of a vector, over
+    # rows and over columns (the CPU folds both in vectors).
+    wide = torch.randn(6, 40, generator=torch.Generator().manual_seed(5)).to(device)
+    wide[:, 13:16] = rows
+    wide[0] = -inf
+    for dim in (0, 1):
+        torch.testing.assert_close(fr.logsumexp(wide, dim), torch.logsumexp(wide, dim), equal_nan=True)
+        torch.testing.assert_close(fr.logsumexp(wide.T.contiguous(), 1 - dim),
+                                   torch.logsumexp(wide.T.contiguous(), 1 - dim), equal_nan=True)
 
 
 # ---- norm

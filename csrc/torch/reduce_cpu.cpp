@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include <array>
+#include <limits>
 #include <vector>
 
 #include "common.h"
@@ -25,15 +26,92 @@ constexpr int64_t kFullChunk = 1 << 16;  // slice of a full reduction per parall
 constexpr int64_t kStrip = 2048;         // columns of one column task: a contiguous 8 KiB of floats per row
 constexpr int64_t kColumnPartials = 32;  // runs of rows a column reduction is cut into, at most
 
-// Integers fold on 32 scalar lanes, which the compiler vectorizes.
-template <typename Op, typename Acc>
-Acc fold_integers(const Acc* x, int64_t n) {
-  std::array<Acc, 32> lanes;
+// Folds x[0, n) on 16 independent scalar lanes, which the compiler
+// vectorizes where one running accumulator would wait on every add:
+// integers, and the vector norms. (32 lanes of double no longer fit in
+// registers: the loop then waits on stores.)
+template <typename Op, typename In>
+typename Op::acc_t fold_lanes(const Op& op, const In* x, int64_t n) {
+  constexpr int kLanes = 16;
+  std::array<typename Op::acc_t, kLanes> lanes;
   lanes.fill(Op::identity());
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int l = 0; l < 32; ++l) lanes[l] = Op::combine(lanes[l], x[i + l]);
-  return cpu::combine_all<Op>(x + i, n - i, cpu::combine_all<Op>(lanes.data(), 32));
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = op.fold(lanes[l], x[i + l], 0);
+  auto acc = cpu::combine_all<Op>(lanes.data(), kLanes);
+  for (; i < n; ++i) acc = op.fold(acc, x[i], 0);
+  return acc;
+}
+
+template <typename Op>
+constexpr bool kLaneFolded = false;
+template <typename A, NormOrder kOrder>
+constexpr bool kLaneFolded<NormOp<A, kOrder>> = true;
+
+// A block of a half type's 2-norm, widened to float: the sum of squares
+// keeps a double accumulator (a bfloat16 of 1e20 squared overflows float)
+// but is folded in float first, and again in double only where that
+// overflowed. Other ops fold their lanes as they are.
+template <typename Op>
+typename Op::acc_t fold_widened_block(const Op& op, const float* values, int64_t n) {
+  if constexpr (std::is_same_v<Op, NormOp<double, NormOrder::Two>>) {
+    const float quick = fold_lanes(NormOp<float, NormOrder::Two>{}, values, n);
+    if (std::isfinite(quick)) return quick;
+  }
+  return fold_lanes(op, values, n);
+}
+template <typename Op, typename In>
+typename Op::acc_t fold_widened_block(const Op& op, const In* values, int64_t n) {
+  return fold_lanes(op, values, n);
+}
+
+template <typename Op>
+constexpr bool kLogSumExp = false;
+template <typename A>
+constexpr bool kLogSumExp<LogSumExpOp<A>> = true;
+
+// exp(x - top), exactly 1 where x == top: infinities never see inf - inf.
+template <typename A>
+Vec<A> exp_against(const Vec<A>& x, const Vec<A>& top) {
+  return Vec<A>::blendv((x - top).exp(), Vec<A>(A(1)), x == top);
+}
+
+// logsumexp's (max, sum) of a contiguous block: its maximum, then one exp
+// per element against it.
+template <typename A, typename In>
+MaxAndSum<A> logsumexp_block(const In* x, int64_t n) {
+  using V = Vec<A>;
+  thread_local std::vector<A> buffer;
+  const A* values = cpu::widen(x, n, buffer);
+  const A top = cpu::fold_vectors<MaxOp<A>>(values, n);
+  V sums(A(0));
+  int64_t i = 0;
+  for (; i + V::size() <= n; i += V::size()) sums = sums + exp_against(V::loadu(values + i), V(top));
+  std::array<A, V::size()> parts;
+  sums.store(parts.data());
+  A sum = cpu::combine_all<SumOp<A>>(parts.data(), V::size());
+  for (; i < n; ++i) sum += LogSumExpOp<A>::scaled(A(1), values[i], top);
+  return {top, sum};
+}
+
+// One row of `width` columns folded into running (max, sum) columns: the
+// sum rescaled when the maximum grows, as LogSumExpOp::fold does.
+template <typename A>
+void logsumexp_row_into(const A* row, int64_t width, A* top, A* sum) {
+  using V = Vec<A>;
+  int64_t c = 0;
+  for (; c + V::size() <= width; c += V::size()) {
+    const V x = V::loadu(row + c), old_top = V::loadu(top + c), old_sum = V::loadu(sum + c);
+    const V new_top = at::vec::maximum(old_top, x);
+    const V rescaled = V::blendv(old_sum * (old_top - new_top).exp(), old_sum, old_top == new_top);
+    (rescaled + exp_against(x, new_top)).store(sum + c);
+    new_top.store(top + c);
+  }
+  for (; c < width; ++c) {
+    const MaxAndSum<A> folded = LogSumExpOp<A>{}.fold({top[c], sum[c]}, row[c], 0);
+    top[c] = folded.max;
+    sum[c] = folded.sum;
+  }
 }
 
 template <typename Op>
@@ -60,13 +138,24 @@ typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t
   using Acc = typename Op::acc_t;
   Acc acc = Op::identity();
   if constexpr (kVectorized<Op>) {
-    thread_local std::vector<Acc> buffer;
     for (int64_t start = 0; start < n; start += kBlock) {
       const int64_t count = std::min(kBlock, n - start);
       if constexpr (std::is_floating_point_v<Acc>) {
         acc = Op::combine(acc, cpu::fold_vectors<Op>(x + start, count));
       } else {
-        acc = Op::combine(acc, fold_integers<Op>(cpu::widen<In, Acc>(x + start, count, buffer), count));
+        acc = Op::combine(acc, fold_lanes(op, x + start, count));
+      }
+    }
+  } else if constexpr (kLaneFolded<Op> || kLogSumExp<Op>) {
+    for (int64_t start = 0; start < n; start += kBlock) {
+      const int64_t count = std::min(kBlock, n - start);
+      if constexpr (kLogSumExp<Op>) {
+        acc = Op::combine(acc, logsumexp_block<decltype(Acc::max)>(x + start, count));
+      } else {
+        // half types widened to float first, in vectors: the lanes then
+        // convert floats (to double, for norms of order 2 and p)
+        thread_local std::vector<at::opmath_type<In>> buffer;
+        acc = Op::combine(acc, fold_widened_block(op, cpu::widen(x + start, count, buffer), count));
       }
     }
   } else {
@@ -87,6 +176,16 @@ void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t i
                     typename Op::acc_t* partial) {
   using Acc = typename Op::acc_t;
   thread_local std::vector<Acc> row;
+  if constexpr (kLogSumExp<Op>) {
+    using A = decltype(Acc::max);
+    thread_local std::vector<A> values, top, sum;
+    top.assign(width, -std::numeric_limits<A>::infinity());
+    sum.assign(width, A(0));
+    for (int64_t r = r0; r < r1; ++r)
+      logsumexp_row_into(cpu::widen(x + r * inner + c0, width, values), width, top.data(), sum.data());
+    for (int64_t c = 0; c < width; ++c) partial[c] = {top[c], sum[c]};
+    return;
+  }
   std::fill(partial, partial + width, Op::identity());
   for (int64_t r = r0; r < r1; ++r) {
     const In* source = x + r * inner + c0;
