@@ -2,8 +2,8 @@
 // generated autograd builds its own (a Node with the saved state on it,
 // edges to the inputs, set_history on the outputs), not through
 // torch::autograd::Function, which also records each input's and output's
-// metadata, checks views and dirty inputs and wraps every output: about
-// 3 µs more per call than aten (NOTES.md, issue 9).
+// metadata, checks views and dirty inputs and wraps every output: 2-3 µs
+// more per call than aten on the CPU machine (NOTES.md, issue 9).
 //
 // An op keeps Function's shape: a struct F with
 //   static constexpr const char* kName;            // the grad_fn's name
@@ -27,9 +27,9 @@ namespace fastreduce {
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
-// The Node handle of the torch being built against: std::shared_ptr up to
-// 2.12, c10::intrusive_ptr since. Both branches name it through N, so that
-// the one not taken is never compiled.
+// The Node handle of the torch being built against: std::shared_ptr in
+// 2.11 (the GPU image), c10::intrusive_ptr in 2.13 and 2.14. Both branches
+// name it through N, so that the one not taken is never compiled.
 using NodeHandle = decltype(std::declval<Node&>().getptr());
 
 template <typename N>
