@@ -48,20 +48,18 @@ constexpr bool kLaneFolded = false;
 template <typename A, NormOrder kOrder>
 constexpr bool kLaneFolded<NormOp<A, kOrder>> = true;
 
-// A block of a half type's 2-norm, widened to float: the sum of squares
-// keeps a double accumulator (a bfloat16 of 1e20 squared overflows float)
-// but is folded in float first, and again in double only where that
-// overflowed. Other ops fold their lanes as they are.
-template <typename Op>
-typename Op::acc_t fold_widened_block(const Op& op, const float* values, int64_t n) {
-  if constexpr (std::is_same_v<Op, NormOp<double, NormOrder::Two>>) {
+// A block of a norm: half types widened to float first, in vectors, so the
+// lanes convert floats. A half type's 2-norm keeps a double accumulator (a
+// bfloat16 of 1e20 squared overflows float) but folds in float first, and
+// again in double only where that overflowed.
+template <typename Op, typename In>
+typename Op::acc_t fold_norm_block(const Op& op, const In* x, int64_t n) {
+  thread_local std::vector<at::opmath_type<In>> buffer;
+  const auto* values = cpu::widen(x, n, buffer);
+  if constexpr (std::is_same_v<Op, NormOp<double, NormOrder::Two>> && !std::is_same_v<In, double>) {
     const float quick = fold_lanes(NormOp<float, NormOrder::Two>{}, values, n);
     if (std::isfinite(quick)) return quick;
   }
-  return fold_lanes(op, values, n);
-}
-template <typename Op, typename In>
-typename Op::acc_t fold_widened_block(const Op& op, const In* values, int64_t n) {
   return fold_lanes(op, values, n);
 }
 
@@ -127,42 +125,29 @@ constexpr bool kVectorized<MaxOp<A>> = true;
 template <typename A>
 constexpr bool kVectorized<MinOp<A>> = true;
 
-// Folds x[0, n), whose first element has index first_index. Ops with a
-// vector form fold block by block (error grows with the block count, not n):
-// floating types straight from the input (half types widened in
-// registers), integers widened into a buffer first. The rest fold one
-// element at a time within a block, and merge the blocks (a float32
-// Welford run over a million elements drifts by 5e-4; in blocks, 1e-6).
+// Folds x[0, n), whose first element has index first_index, block by block
+// (error grows with the block count, not n). Ops with a vector form fold
+// floating types straight from the input (half types widened in registers)
+// and integers on lanes; norms on lanes, logsumexp in vectors. The rest
+// fold one element at a time within a block (a float32 Welford run over a
+// million elements drifts by 5e-4; in blocks, 1e-6).
 template <typename Op, typename In>
 typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t first_index) {
   using Acc = typename Op::acc_t;
   Acc acc = Op::identity();
-  if constexpr (kVectorized<Op>) {
-    for (int64_t start = 0; start < n; start += kBlock) {
-      const int64_t count = std::min(kBlock, n - start);
-      if constexpr (std::is_floating_point_v<Acc>) {
-        acc = Op::combine(acc, cpu::fold_vectors<Op>(x + start, count));
-      } else {
-        acc = Op::combine(acc, fold_lanes(op, x + start, count));
-      }
-    }
-  } else if constexpr (kLaneFolded<Op> || kLogSumExp<Op>) {
-    for (int64_t start = 0; start < n; start += kBlock) {
-      const int64_t count = std::min(kBlock, n - start);
-      if constexpr (kLogSumExp<Op>) {
-        acc = Op::combine(acc, logsumexp_block<decltype(Acc::max)>(x + start, count));
-      } else {
-        // half types widened to float first, in vectors: the lanes then
-        // convert floats (to double, for norms of order 2 and p)
-        thread_local std::vector<at::opmath_type<In>> buffer;
-        acc = Op::combine(acc, fold_widened_block(op, cpu::widen(x + start, count, buffer), count));
-      }
-    }
-  } else {
-    for (int64_t start = 0; start < n; start += kBlock) {
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t count = std::min(kBlock, n - start);
+    if constexpr (kVectorized<Op> && std::is_floating_point_v<Acc>) {
+      acc = Op::combine(acc, cpu::fold_vectors<Op>(x + start, count));
+    } else if constexpr (kVectorized<Op>) {
+      acc = Op::combine(acc, fold_lanes(op, x + start, count));
+    } else if constexpr (kLaneFolded<Op>) {
+      acc = Op::combine(acc, fold_norm_block(op, x + start, count));
+    } else if constexpr (kLogSumExp<Op>) {
+      acc = Op::combine(acc, logsumexp_block<decltype(Acc::max)>(x + start, count));
+    } else {
       Acc block = Op::identity();
-      const int64_t end = std::min(kBlock, n - start) + start;
-      for (int64_t i = start; i < end; ++i) block = op.fold(block, x[i], first_index + i);
+      for (int64_t i = start; i < start + count; ++i) block = op.fold(block, x[i], first_index + i);
       acc = Op::combine(acc, block);
     }
   }
