@@ -61,11 +61,17 @@ void load_four(const In* x, std::array<Vec<A>, 4>& v) {
   }
 }
 
-// Folds n contiguous values into the op's accumulator type: four vectors
-// side by side (they hide the add latency), then the vectors in a fixed
-// order, then the tail one element at a time.
-template <typename Op, typename In, typename Acc = typename Op::acc_t>
-Acc fold_vectors(const In* x, int64_t n) {
+struct Unchanged {
+  template <typename T>
+  T operator()(const T& value) const { return value; }
+};
+
+// Folds n contiguous values, each through `map` (on vectors and scalars
+// alike), into the op's accumulator type: four vectors side by side (they
+// hide the add latency), then the vectors in a fixed order, then the tail
+// one element at a time.
+template <typename Op, typename In, typename Acc = typename Op::acc_t, typename Map = Unchanged>
+Acc fold_vectors(const In* x, int64_t n, Map map = {}) {
   using V = Vec<Acc>;
   constexpr int64_t step = 4 * V::size();
   std::array<V, 4> lanes, loaded;
@@ -73,13 +79,13 @@ Acc fold_vectors(const In* x, int64_t n) {
   int64_t i = 0;
   for (; i + step <= n; i += step) {
     load_four<In, Acc>(x + i, loaded);
-    for (int l = 0; l < 4; ++l) lanes[l] = VecOp<Op>::combine(lanes[l], loaded[l]);
+    for (int l = 0; l < 4; ++l) lanes[l] = VecOp<Op>::combine(lanes[l], map(loaded[l]));
   }
   const V folded = VecOp<Op>::combine(VecOp<Op>::combine(lanes[0], lanes[1]), VecOp<Op>::combine(lanes[2], lanes[3]));
   std::array<Acc, V::size()> parts;
   folded.store(parts.data());
   Acc acc = combine_all<Op>(parts.data(), V::size());
-  for (; i < n; ++i) acc = Op::combine(acc, static_cast<Acc>(x[i]));
+  for (; i < n; ++i) acc = Op::combine(acc, map(static_cast<Acc>(x[i])));
   return acc;
 }
 

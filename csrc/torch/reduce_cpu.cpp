@@ -47,20 +47,24 @@ template <typename Op>
 constexpr bool kLaneFolded = false;
 template <typename A, NormOrder kOrder>
 constexpr bool kLaneFolded<NormOp<A, kOrder>> = true;
+template <typename Op>
+constexpr bool kTwoNorm = false;
+template <typename A>
+constexpr bool kTwoNorm<NormOp<A, NormOrder::Two>> = true;
 
-// A block of a norm: half types widened to float first, in vectors, so the
-// lanes convert floats. A half type's 2-norm keeps a double accumulator (a
-// bfloat16 of 1e20 squared overflows float) but folds in float first, and
-// again in double only where that overflowed.
+// A block of a norm. The 2-norm of float and half types sums squares in
+// float vectors straight from the input; a half type's keeps a double
+// accumulator (a bfloat16 of 1e20 squared overflows float), so its block is
+// summed again in double where float overflowed. The other orders and
+// double fold on lanes, half types widened to float first.
 template <typename Op, typename In>
 typename Op::acc_t fold_norm_block(const Op& op, const In* x, int64_t n) {
-  thread_local std::vector<at::opmath_type<In>> buffer;
-  const auto* values = cpu::widen(x, n, buffer);
-  if constexpr (std::is_same_v<Op, NormOp<double, NormOrder::Two>> && !std::is_same_v<In, double>) {
-    const float quick = fold_lanes(NormOp<float, NormOrder::Two>{}, values, n);
-    if (std::isfinite(quick)) return quick;
+  if constexpr (kTwoNorm<Op> && !std::is_same_v<In, double>) {
+    const float squares = cpu::fold_vectors<SumOp<float>>(x, n, [](const auto& v) { return v * v; });
+    if (std::is_same_v<typename Op::acc_t, float> || std::isfinite(squares)) return squares;
   }
-  return fold_lanes(op, values, n);
+  thread_local std::vector<at::opmath_type<In>> buffer;
+  return fold_lanes(op, cpu::widen(x, n, buffer), n);
 }
 
 template <typename Op>
@@ -92,23 +96,43 @@ MaxAndSum<A> logsumexp_block(const In* x, int64_t n) {
   return {top, sum};
 }
 
-// One row of `width` columns folded into running (max, sum) columns: the
-// sum rescaled when the maximum grows, as LogSumExpOp::fold does.
-template <typename A>
-void logsumexp_row_into(const A* row, int64_t width, A* top, A* sum) {
+// Rows [0, rows) of `width` columns (row stride `inner`) folded into running
+// (max, sum) columns, kGroup rows at a time: the group's maximum first, then
+// one exp per element against it (the group's rows are still in L1), and the
+// running sum rescaled once a group rather than at every new maximum.
+template <typename A, typename In>
+void logsumexp_rows_into(const In* x, int64_t rows, int64_t inner, int64_t width, A* top, A* sum) {
   using V = Vec<A>;
-  int64_t c = 0;
-  for (; c + V::size() <= width; c += V::size()) {
-    const V x = V::loadu(row + c), old_top = V::loadu(top + c), old_sum = V::loadu(sum + c);
-    const V new_top = at::vec::maximum(old_top, x);
-    const V rescaled = V::blendv(old_sum * (old_top - new_top).exp(), old_sum, old_top == new_top);
-    (rescaled + exp_against(x, new_top)).store(sum + c);
-    new_top.store(top + c);
-  }
-  for (; c < width; ++c) {
-    const MaxAndSum<A> folded = LogSumExpOp<A>{}.fold({top[c], sum[c]}, row[c], 0);
-    top[c] = folded.max;
-    sum[c] = folded.sum;
+  constexpr int64_t kGroup = 16;
+  thread_local std::vector<A> buffer;
+  std::array<const A*, kGroup> row;
+  for (int64_t r0 = 0; r0 < rows; r0 += kGroup) {
+    const int64_t count = std::min(kGroup, rows - r0);
+    if constexpr (!std::is_same_v<In, A>) buffer.resize(count * width);
+    for (int64_t g = 0; g < count; ++g) {
+      if constexpr (std::is_same_v<In, A>) {
+        row[g] = x + (r0 + g) * inner;
+      } else {
+        cpu::convert(x + (r0 + g) * inner, buffer.data() + g * width, width);
+        row[g] = buffer.data() + g * width;
+      }
+    }
+    int64_t c = 0;
+    for (; c + V::size() <= width; c += V::size()) {
+      const V old_top = V::loadu(top + c), old_sum = V::loadu(sum + c);
+      V new_top = old_top;
+      for (int64_t g = 0; g < count; ++g) new_top = at::vec::maximum(new_top, V::loadu(row[g] + c));
+      V total = V::blendv(old_sum * (old_top - new_top).exp(), old_sum, old_top == new_top);
+      for (int64_t g = 0; g < count; ++g) total = total + exp_against(V::loadu(row[g] + c), new_top);
+      total.store(sum + c);
+      new_top.store(top + c);
+    }
+    for (; c < width; ++c) {
+      MaxAndSum<A> folded{top[c], sum[c]};
+      for (int64_t g = 0; g < count; ++g) folded = LogSumExpOp<A>{}.fold(folded, row[g][c], 0);
+      top[c] = folded.max;
+      sum[c] = folded.sum;
+    }
   }
 }
 
@@ -163,11 +187,10 @@ void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t i
   thread_local std::vector<Acc> row;
   if constexpr (kLogSumExp<Op>) {
     using A = decltype(Acc::max);
-    thread_local std::vector<A> values, top, sum;
+    thread_local std::vector<A> top, sum;
     top.assign(width, -std::numeric_limits<A>::infinity());
     sum.assign(width, A(0));
-    for (int64_t r = r0; r < r1; ++r)
-      logsumexp_row_into(cpu::widen(x + r * inner + c0, width, values), width, top.data(), sum.data());
+    logsumexp_rows_into(x + r0 * inner + c0, r1 - r0, inner, width, top.data(), sum.data());
     for (int64_t c = 0; c < width; ++c) partial[c] = {top[c], sum[c]};
     return;
   }
