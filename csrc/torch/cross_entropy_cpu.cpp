@@ -17,8 +17,6 @@ namespace {
 
 using cpu::Vec;
 
-int64_t grain(int64_t classes) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(classes, 1)); }
-
 // log(sum(exp(row))), -inf for an all -inf row, NaN with any NaN or +inf.
 template <typename A>
 A log_sum_exp(const A* row, int64_t classes) {
@@ -48,7 +46,7 @@ void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor
   const int64_t classes = args.classes;
   const A smoothing = static_cast<A>(args.label_smoothing);
   std::vector<A> row_loss(args.rows);
-  at::parallel_for(0, args.rows, grain(classes), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, args.rows, cpu::row_grain(classes), [&](int64_t begin, int64_t end) {
     std::vector<A> buffer;
     for (int64_t r = begin; r < end; ++r) {
       const A* row = cpu::widen(xs + r * classes, classes, buffer);
@@ -92,7 +90,7 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
   A scale = 0;  // mean and sum: one gradient for every row
   if (args.reduction != 0)
     scale = static_cast<A>(grads[0]) / (args.reduction == 1 ? kept_rows<A>(targets, args) : A(1));
-  at::parallel_for(0, args.rows, grain(classes), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, args.rows, cpu::row_grain(classes), [&](int64_t begin, int64_t end) {
     std::vector<A> buffer, out_buffer(std::is_same_v<T, A> ? 0 : classes);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t t = targets[r];

@@ -17,9 +17,6 @@ namespace {
 
 using cpu::Vec;
 
-// Rows per parallel task: about 32K elements.
-int64_t grain(int64_t n) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)); }
-
 template <typename A>
 Vec<A> vec_exp(const Vec<A>& v) {
   if constexpr (std::is_same_v<A, float>) return v.exp_u20();
@@ -68,7 +65,7 @@ void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds,
   T* hs = adds ? t.residual_out.data_ptr<T>() : nullptr;
   T* ys = t.y.data_ptr<T>();
   const A eps = static_cast<A>(args.scalar);
-  at::parallel_for(0, args.rows, grain(n), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, args.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
     std::vector<A> add_buffer;
     for (int64_t r = begin; r < end; ++r) {
@@ -187,7 +184,7 @@ void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& ar
   T* ys = y.data_ptr<T>();
   const A scale = static_cast<A>(args.scalar);
   const int64_t n = args.n;
-  at::parallel_for(0, args.rows, grain(n), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, args.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
     for (int64_t r = begin; r < end; ++r) {
       const int64_t valid = args.causal ? r % args.causal + 1 : n;
@@ -253,7 +250,7 @@ void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor
   T* dxs = dx.data_ptr<T>();
   const V scale(static_cast<A>(args.scalar));
   const int64_t n = args.n;
-  at::parallel_for(0, args.rows, grain(n), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, args.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
     for (int64_t r = begin; r < end; ++r) {
       const int64_t valid = args.causal ? r % args.causal + 1 : n;
