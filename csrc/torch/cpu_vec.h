@@ -61,6 +61,7 @@ void load_four(const In* x, std::array<Vec<A>, 4>& v) {
   }
 }
 
+// fold_vectors' default map: each value as it is.
 struct Unchanged {
   template <typename T>
   T operator()(const T& value) const { return value; }
