@@ -2,6 +2,8 @@
 foreach_norm and clip_grad_norm_ against float64 references and torch."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -91,6 +93,19 @@ def test_moments_edge_cases(device):
         fr.var(two, 3)
     with pytest.raises(RuntimeError, match="multiple times"):
         fr.var(torch.ones(2, 2, device=device), (0, 0))
+
+
+def test_moments_warn_once_without_degrees_of_freedom():
+    # A C++ warning goes to stderr (as torch.ops.aten.var's does), once a
+    # process, so a fresh interpreter shows it.
+    code = ("import torch, fastreduce_torch as fr\n"
+            "x = torch.randn(3, 2)\n"
+            "fr.var(x, 1, correction=1.5); fr.std_mean(x, 0)\n"
+            "import sys; print('valid calls above', file=sys.stderr, flush=True)\n"
+            "fr.var(x, 1, correction=2); fr.std(x, 1, correction=3); fr.var_mean(torch.empty(0))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = run.stderr.split("valid calls above")
+    assert "degrees of freedom" not in before and after.count("degrees of freedom is <= 0") == 1, run.stderr
 
 
 # ---- logsumexp

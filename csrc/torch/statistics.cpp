@@ -25,12 +25,18 @@ std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), op,
               ": std and var only support floating point and complex dtypes, got ", to_text(self.scalar_type()));
   const auto reduced = reduced_dims(self.dim(), dim);
+  ReduceParams params;
+  params.correction = correction.has_value() ? correction->toDouble() : 1.0;
+  // torch's warning (once a process: from C++ it reaches stderr, not Python's
+  // warnings filter, as torch.ops.aten.var's does), then whatever NaN or inf
+  // the formula gives.
+  if (static_cast<double>(reduced_count(self, reduced)) - params.correction <= 0)
+    TORCH_WARN_ONCE(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor ",
+               "(input numel divided by output numel).");
   if (self.numel() == 0) {
     const auto nan = at::full(output_shape(self, reduced, keepdim), std::nan(""), self.options());
     return {nan, with_mean ? nan.clone() : at::Tensor()};
   }
-  ReduceParams params;
-  params.correction = correction.has_value() ? correction->toDouble() : 1.0;
   params.root = root;
   return run_reduction(ReduceKind::Var, params, self, reduced, keepdim, self.scalar_type(), with_mean);
 }
