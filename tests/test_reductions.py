@@ -195,6 +195,29 @@ def test_nan_and_inf(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_extremes_propagate_nan_on_every_path(device, dtype):
+    # A NaN (and infinities) planted where each plan's folds meet it: a full
+    # reduction over several blocks, long rows, tall and wide columns.
+    cases = [((1 << 20) + 3, None), ((64, 4099), 1), ((4099, 130), 0), ((33, 8193), 0)]
+    for shape, dim in cases:
+        x = random_tensor(shape, dtype, device)
+        flat = x.view(-1)
+        flat[flat.numel() // 3] = float("nan")
+        flat[flat.numel() // 2] = float("inf")
+        flat[flat.numel() // 2 + 1] = -float("inf")
+        if dim is not None:
+            x.select(1 - dim, 5).fill_(float("nan"))  # a whole output of NaNs beside partly-NaN ones
+        reduce_dims = [] if dim is None else [dim]
+        low, high = fr.aminmax(x, dim=dim)
+        expected = torch.aminmax(x, dim=dim)
+        pairs = [(fr.amax(x, reduce_dims), torch.amax(x, reduce_dims)),
+                 (fr.amin(x, reduce_dims), torch.amin(x, reduce_dims)), (low, expected.min), (high, expected.max)]
+        for ours, theirs in pairs:
+            torch.testing.assert_close(ours, theirs, equal_nan=True, atol=0, rtol=0, msg=str((shape, dim)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_int32_overflow_widens(device):
     x = torch.full((3000,), 2**30, dtype=torch.int32, device=device)
     x[::2] += torch.arange(1500, dtype=torch.int32, device=device)
