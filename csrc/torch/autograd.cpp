@@ -1,8 +1,9 @@
 // Autograd for every differentiable operator, at the Autograd dispatch key as
 // aten's own ops have it. A call whose inputs need no gradient goes straight
-// to the kernels; otherwise a torch::autograd::Function records a backward
-// that calls registered operators (fastreduce's backward ops, or aten's), so
-// torch.compile, AOT autograd and export trace it like any other op.
+// to the kernels; otherwise a backward node (autograd_node.h, built the way
+// torch's generated ones are) records a backward that calls registered
+// operators (fastreduce's backward ops, or aten's), so torch.compile, AOT
+// autograd and export trace it like any other op.
 #include "autograd_common.h"
 #include "dispatch.h"
 
