@@ -52,6 +52,38 @@ A* output_row(T* out, std::vector<A>& buffer, int64_t n) {
   }
 }
 
+// h = x + residual rounded to T, as the unfused add would store it, written
+// to `h` and returned as accumulator values: the float row itself, or for
+// half types the rounded sums widened into `wide` in the same pass.
+template <typename T, typename A = at::opmath_type<T>>
+const A* add_rounded(const T* x, const T* residual, T* h, int64_t n, std::vector<A>& wide) {
+  using V = Vec<A>;
+  if constexpr (std::is_same_v<T, A>) {
+    for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+      (V::loadu(x + i, count) + V::loadu(residual + i, count)).store(h + i, count);
+    });
+    return h;
+  } else {
+    wide.resize(n);
+    constexpr int64_t step = 2 * V::size();  // one vector of T
+    int64_t i = 0;
+    for (; i + step <= n; i += step) {
+      auto [x0, x1] = at::vec::convert_to_float<T>(Vec<T>::loadu(x + i));
+      auto [r0, r1] = at::vec::convert_to_float<T>(Vec<T>::loadu(residual + i));
+      const Vec<T> sum = at::vec::convert_from_float<T>(x0 + r0, x1 + r1);
+      sum.store(h + i);
+      auto [h0, h1] = at::vec::convert_to_float<T>(sum);
+      h0.store(wide.data() + i);
+      h1.store(wide.data() + i + V::size());
+    }
+    for (; i < n; ++i) {
+      h[i] = static_cast<T>(static_cast<A>(x[i]) + static_cast<A>(residual[i]));
+      wide[i] = static_cast<A>(h[i]);
+    }
+    return wide.data();
+  }
+}
+
 template <typename T, typename S>
 void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds, const NormArgs& args) {
   using A = at::opmath_type<T>;
@@ -67,20 +99,10 @@ void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds,
   const A eps = static_cast<A>(args.scalar);
   at::parallel_for(0, args.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
-    std::vector<A> add_buffer;
     for (int64_t r = begin; r < end; ++r) {
       const T* source = xs + r * n;
-      if (adds) {  // h = x + residual, rounded to T as the unfused add would be
-        const A* x = cpu::widen(source, n, buffers.in);
-        const A* residual = cpu::widen(adds + r * n, n, add_buffer);
-        A* h = output_row(hs + r * n, buffers.out, n);
-        for_each_vector<A>(n, [&](int64_t i, int64_t count) {
-          (V::loadu(x + i, count) + V::loadu(residual + i, count)).store(h + i, count);
-        });
-        cpu::narrow(h, hs + r * n, n);
-        source = hs + r * n;
-      }
-      const A* row = cpu::widen(source, n, buffers.in);
+      const A* row = adds ? add_rounded(source, adds + r * n, hs + r * n, n, buffers.in)
+                          : cpu::widen(source, n, buffers.in);
       const A mu = centered ? cpu::sum(row, n) / n : A(0);
       const A squares = at::vec::map_reduce_all<A>(
           [mu](V v) { return (v - V(mu)) * (v - V(mu)); }, [](V a, V b) { return a + b; }, row, n);
