@@ -32,7 +32,7 @@ std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self
   // the formula gives.
   if (static_cast<double>(reduced_count(self, reduced)) - params.correction <= 0)
     TORCH_WARN_ONCE(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor ",
-               "(input numel divided by output numel).");
+                    "(input numel divided by output numel).");
   if (self.numel() == 0) {
     const auto nan = at::full(output_shape(self, reduced, keepdim), std::nan(""), self.options());
     return {nan, with_mean ? nan.clone() : at::Tensor()};
