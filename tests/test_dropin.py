@@ -277,8 +277,10 @@ def as_tuple(outputs):
 def test_backward_nodes_name_their_op_and_free_what_they_saved(device):
     # torch keeps a tensor's Python object alive while C++ holds the tensor,
     # so a node that outlived its outputs (a cycle through a saved output)
-    # would keep these weak references alive.
-    for case in range(len(differentiable_calls(device))):
+    # would keep these weak references alive. Each case comes from a fresh
+    # list, so no list holds the tensors of the case being checked.
+    cases = len(differentiable_calls(device))
+    for case in range(cases):
         name, inputs, call = differentiable_calls(device)[case]
         outputs = as_tuple(call(*inputs))
         grad_fn = outputs[0].grad_fn

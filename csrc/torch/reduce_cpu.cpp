@@ -61,7 +61,8 @@ template <typename Op, typename In>
 typename Op::acc_t fold_norm_block(const Op& op, const In* x, int64_t n) {
   if constexpr (kTwoNorm<Op> && !std::is_same_v<In, double>) {
     const float squares = cpu::fold_vectors<SumOp<float>>(x, n, [](const auto& v) { return v * v; });
-    if (std::is_same_v<typename Op::acc_t, float> || std::isfinite(squares)) return squares;
+    if constexpr (std::is_same_v<typename Op::acc_t, float>) return squares;
+    else if (std::isfinite(squares)) return squares;
   }
   thread_local std::vector<at::opmath_type<In>> buffer;
   return fold_lanes(op, cpu::widen(x, n, buffer), n);
