@@ -225,14 +225,12 @@ def test_layer_norm_parameter_gradients_deterministic(n):
                                                              (9000, 1600)]]
                          + [(torch.float64, 3000, 768)])
 def test_parameter_gradients_folded_in_one_launch(dtype, rows, n):
-    # The register kernels fold their weight and bias gradient partials
-    # themselves after a grid-wide barrier (a cooperative launch): a full
-    # wave of blocks at (3000, 4096) and (5000, 1024), element-wise columns
-    # at 1030, warps at 96. Not folded, the column sum after the kernel
-    # instead: half rows of 1600 (over 4 partial rows a SM) and float64 rows
-    # of 768 (192 registers a thread: the grid does not fit at once).
-    # Checked against float64 (float64: against torch), run to run, on a side
-    # stream and replayed from a CUDA graph.
+    # The weight and bias gradients' partial rows, both folded by one launch
+    # that follows the kernel storing them: from the register kernels in a
+    # full wave of blocks at (3000, 4096) and (5000, 1024), element-wise
+    # columns at 1030, warps at 96, 8 blocks a SM at 1600; float64 rows of
+    # 768 also. Checked against float64 (float64: against torch), run to
+    # run, on a side stream and replayed from a CUDA graph.
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
@@ -259,6 +257,38 @@ def test_parameter_gradients_folded_in_one_launch(dtype, rows, n):
     on_side_stream, captured = side_stream_then_graph(step)
     for first, *others in zip(ours, step(), on_side_stream, captured):
         assert all(torch.equal(first, other) for other in others)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rows, n", [(64, 96), (3000, 4096), (9000, 1600)])
+def test_parameter_gradients_in_each_parameters_dtype(device, dtype, rows, n):
+    # A half weight beside a float32 bias and the reverse: each gradient in
+    # its parameter's dtype, written so by the kernels that fold their
+    # partial rows (warp rows at 96, block rows at 4096) and by the column
+    # sum after the kernel (1600). Against float64, within the rounding of
+    # the parameter's dtype.
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype).requires_grad_()
+    g = torch.randn(rows, n, device=device).to(dtype)
+    rounding = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+    def check(ours, exact, param):
+        assert ours.dtype == param.dtype
+        torch.testing.assert_close(ours.double(), exact, rtol=rounding[param.dtype],
+                                   atol=rounding[param.dtype] * exact.abs().max().item())
+
+    as_double = lambda *ts: [t.detach().double().requires_grad_() for t in ts]  # noqa: E731
+    for w_dtype, b_dtype in [(dtype, torch.float32), (torch.float32, dtype)]:
+        w = torch.randn(n, device=device).to(w_dtype).requires_grad_()
+        b = torch.randn(n, device=device).to(b_dtype).requires_grad_()
+        dw, db = torch.autograd.grad(fr.layer_norm(x, n, w, b), (w, b), g)
+        x64, w64, b64 = as_double(x, w, b)
+        exact = torch.autograd.grad(F.layer_norm(x64, [n], w64, b64), (w64, b64), g.double())
+        check(dw, exact[0], w)
+        check(db, exact[1], b)
+        (dw,) = torch.autograd.grad(fr.rms_norm(x, n, w), (w,), g)
+        (exact,) = torch.autograd.grad(F.rms_norm(x64, [n], w64), (w64,), g.double())
+        check(dw, exact, w)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -7,9 +7,6 @@
 //   backward  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight
 #pragma once
 
-#include <cooperative_groups.h>
-
-#include "column_fold.cuh"
 #include "row_io.cuh"
 #include "row_math.cuh"
 
@@ -35,9 +32,7 @@ struct NormForwardArgs {
 // The buffers of a backward. `grad_residual` (the gradient arriving at
 // residual_out) is added to dx, which is then the gradient of both x and
 // residual. partial_w/partial_b: the weight and bias gradient partials, or
-// null when not wanted (partial_b also null without a bias). dweight/dbias:
-// where the lanes kernels fold those partials themselves after a grid-wide
-// barrier (cooperative launches only), or null when a column sum follows.
+// null when not wanted (partial_b also null without a bias).
 template <typename T>
 struct NormBackwardArgs {
   const T* dy;
@@ -49,8 +44,6 @@ struct NormBackwardArgs {
   T* dx;
   opmath_t<T>* partial_w;
   opmath_t<T>* partial_b;
-  opmath_t<T>* dweight;
-  opmath_t<T>* dbias;
   int64_t rows, n;
   int64_t rows_per_group;  // lanes kernels: rows per warp or block
 };
@@ -235,8 +228,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
 // thread that holds it, and the block writes one partial row each of
 // partial_w/partial_b[blockIdx.x] (warps: their slots folded in warp order,
 // so the sums are bitwise reproducible): x and dy are read once for all
-// three gradients, with no atomics. With `dweight` (a cooperative launch)
-// the grid then folds the partial rows into dweight/dbias itself.
+// three gradients, with no atomics. A fold of the partial rows follows.
 template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCentered>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lanes_kernel(NormBackwardArgs<T> a) {
   using A = opmath_t<T>;
@@ -335,10 +327,6 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
           reinterpret_cast<Sums*>(a.partial_b + blockIdx.x * int64_t(n))[threads.group(p)] = sums_b[threads.group(p)];
       }
   }
-  if (!a.dweight) return;
-  cooperative_groups::this_grid().sync();
-  fold_columns(a.partial_w, gridDim.x, n, a.dweight);
-  if (bias) fold_columns(a.partial_b, gridDim.x, n, a.dbias);
 }
 
 // ---- Short rows staged in shared memory, one warp each (no residual: the

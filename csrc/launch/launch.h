@@ -1,6 +1,5 @@
 // Ways to launch a kernel, returning the launch error: with or without
-// programmatic dependent launch (see kernels/dependent_launch.cuh), or
-// cooperatively.
+// programmatic dependent launch (see kernels/dependent_launch.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,18 +35,6 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   attribute.val.programmaticStreamSerializationAllowed = 1;
   return detail::launch_with(&attribute, after == After::Producer ? 1 : 0, kernel, grid, block, shared_bytes, stream,
                              args...);
-}
-
-// A cooperative launch: every block is resident at once, so the kernel may
-// wait for the whole grid (cooperative_groups::this_grid().sync()). The grid
-// must fit: at most resident_blocks() a multiprocessor.
-template <typename... Params, typename... Args>
-cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                               cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeCooperative;
-  attribute.val.cooperative = 1;
-  return detail::launch_with(&attribute, 1, kernel, grid, block, shared_bytes, stream, args...);
 }
 
 // How many blocks of `kernel` (threads and dynamic shared bytes each) one

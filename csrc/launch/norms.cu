@@ -1,15 +1,13 @@
 #include "norms.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <tuple>
 #include <type_traits>
 
+#include "../kernels/column_fold.cuh"
 #include "../kernels/norm_kernels.cuh"
 #include "../kernels/normalize_kernels.cuh"
 #include "launch.h"
-#include "reduce.h"
 #include "rows.h"
 
 namespace fastreduce {
@@ -22,22 +20,17 @@ using namespace rows;
 // registers: rows of up to kWarpRowMax in one wave of at most
 // kFusedBlocksPerSm blocks, each folding its rows into one partial row (its
 // shared memory holds every warp's sums); longer rows in a few blocks per SM
-// (kLongRowWarpsPerSm) of consecutive rows each; that grid fits on the GPU at
-// once, so the kernel also does stage two after a grid-wide barrier (a
-// cooperative launch: one launch instead of three; bf16 rms_norm backward
-// (8192, 4096) 85.1 -> 83.3 µs, (32768, 1024) 82.4 -> 77.9). Otherwise (rows
-// too long for registers or shared memory) a separate pass reads x and dy.
+// (kLongRowWarpsPerSm) of consecutive rows each. Otherwise (rows too long
+// for registers or shared memory) a separate pass reads x and dy. Stage two
+// is one launch for both parameters, a programmatic dependent of stage one
+// (bf16, µs of kernel time: layer_norm (8192, 1600) 17.4 in the five
+// launches of two column sums and two casts; rms_norm (8192, 4096) 6.5 as a
+// grid-wide barrier and fold at the end of a cooperative dx kernel).
 constexpr int kFusedBlocksPerSm = 2;
 // Long rows: enough blocks for about kLongRowWarpsPerSm warps per SM, 2 to 8
 // blocks (bf16 backward, µs: (8192, 4096) in 4-warp blocks 82 at 4 per SM,
 // 88 at 8; (8192, 1600) in 2-warp blocks 67 at 4, 56 at 8).
 constexpr int kLongRowWarpsPerSm = 16;
-// The kernel folds its partial rows itself up to this many a SM; beyond, the
-// fold (its threads walking hundreds of rows) costs more than the column sum
-// after it (bf16 layer_norm backward (8192, 1600), 1024 partial rows of 64
-// threads' blocks: 54.2 -> 57.5 µs folded; at 264-512 rows it gained 2-9 µs).
-constexpr int kFoldedPartialsPerSm = 4;
-
 struct ParamGradPlan {
   bool fused;
   int64_t chunks;          // partial rows
@@ -79,22 +72,6 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
   const int64_t tiles = ceil_div(n, kGradTile);
   const int64_t chunks = std::max<int64_t>(1, std::min(ceil_div(int64_t(sm_count) * 8, tiles), ceil_div(rows, 64)));
   return {false, chunks, ceil_div(rows, chunks), 0, partial_bytes(chunks)};
-}
-
-// resident_blocks, remembered per (device, kernel, threads, shared bytes):
-// the backward asks on every call.
-template <typename Kernel>
-int resident_blocks_of(Kernel kernel, int threads, size_t shared) {
-  using Key = std::tuple<int, const void*, int, size_t>;
-  static std::mutex mutex;
-  static std::map<Key, int> known;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  const Key key{device, reinterpret_cast<const void*>(kernel), threads, shared};
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = known.find(key);
-  if (found != known.end()) return found->second;
-  return known[key] = resident_blocks(kernel, threads, shared);
 }
 
 // The rows of `a` with the residual already added: h = x + residual in a
@@ -146,17 +123,17 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
 }
 
 template <typename T, bool kCentered>
-cudaError_t backward_rows(NormBackwardArgs<T> a, opmath_t<T>* dweight, opmath_t<T>* dbias, void* workspace,
-                          int sm_count, cudaStream_t stream) {
+cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad dbias, void* workspace, int sm_count,
+                          cudaStream_t stream) {
   using A = opmath_t<T>;
   const int64_t rows = a.rows, n = a.n;
   const std::initializer_list<const void*> buffers = {a.x, a.dy, a.dx, a.weight, a.grad_residual};
   const int vec = packable<T>(n, buffers) ? Vec16<T>::kSize : 1;
   const ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, sm_count);
-  const bool params = dweight != nullptr;
+  const bool params = dweight.data != nullptr;
   auto* bytes_base = static_cast<unsigned char*>(workspace);
   A* const partial_w = params ? reinterpret_cast<A*>(bytes_base) : nullptr;
-  A* const partial_b = dbias ? reinterpret_cast<A*>(bytes_base + plan.partial_bytes) : nullptr;
+  A* const partial_b = dbias.data ? reinterpret_cast<A*>(bytes_base + plan.partial_bytes) : nullptr;
 
   const bool fused = params && plan.fused;
   const size_t shared = fused ? plan.shared_bytes : 0;
@@ -164,21 +141,10 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, opmath_t<T>* dweight, opmath_t<
   lanes.partial_w = fused ? partial_w : nullptr;
   lanes.partial_b = fused ? partial_b : nullptr;
   lanes.rows_per_group = fused ? plan.rows_per_chunk : 1;  // unfused: a row per warp or block
-  // The fused kernel folds its own partial rows (one launch) when its grid
-  // fits on the GPU at once and they are few; else a column sum follows.
-  bool folded = false;
   auto launch = [&](auto kernel, int64_t blocks, int threads) {
     if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
-    folded = fused && blocks <= int64_t(sm_count) * kFoldedPartialsPerSm &&
-             blocks <= int64_t(sm_count) * resident_blocks_of(kernel, threads, shared);
-    if (!folded) {
-      kernel<<<blocks, threads, shared, stream>>>(lanes);
-      return cudaGetLastError();
-    }
-    NormBackwardArgs<T> folding = lanes;
-    folding.dweight = dweight;
-    folding.dbias = dbias;
-    return launch_cooperative(kernel, blocks, threads, shared, stream, folding);
+    kernel<<<blocks, threads, shared, stream>>>(lanes);
+    return cudaGetLastError();
   };
   cudaError_t err = cudaSuccess;
   if (n <= kWarpRowMax) {
@@ -199,7 +165,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, opmath_t<T>* dweight, opmath_t<
                                    std::make_tuple(a));
         });
   }
-  if (err != cudaSuccess || !params || folded) return err;
+  if (err != cudaSuccess || !params) return err;
 
   if (!plan.fused) {
     NormBackwardArgs<T> sums = a;
@@ -209,12 +175,14 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, opmath_t<T>* dweight, opmath_t<
         <<<dim3(ceil_div(n, kGradTile), plan.chunks), kGradTile * kGradLanes, 0, stream>>>(sums, plan.rows_per_chunk);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  void* reduce_scratch = bytes_base + 2 * plan.partial_bytes;
-  const DType acc = sizeof(A) == 8 ? DType::Double : DType::Float;
-  const ReduceProblem sum_w{ReduceKind::Sum, acc, partial_w, 1, plan.chunks, n};
-  if ((err = reduce(sum_w, dweight, reduce_scratch, sm_count, stream)) != cudaSuccess || !dbias) return err;
-  const ReduceProblem sum_b{ReduceKind::Sum, acc, partial_b, 1, plan.chunks, n};
-  return reduce(sum_b, dbias, reduce_scratch, sm_count, stream);
+  auto fold = [&](auto group) {
+    constexpr int kVec = decltype(group)::value;
+    const int64_t blocks = std::min<int64_t>(n / kVec, int64_t(sm_count) * (2048 / kFoldThreads));
+    return launch_kernel(fold_param_grads_kernel<T, kVec, A>, blocks, kFoldThreads, 0, stream, After::Producer,
+                         partial_w, partial_b, static_cast<int>(plan.chunks), n, dweight, dbias);
+  };
+  if (fold_group<A>(n) == 1) return fold(std::integral_constant<int, 1>{});
+  return fold(std::integral_constant<int, 16 / sizeof(A)>{});
 }
 
 }  // namespace
@@ -264,17 +232,14 @@ cudaError_t normalize_rows(const NormShape& shape, const NormApply& io, int sm_c
 size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count) {
   const size_t acc = shape.dtype == DType::Double ? 8 : 4;
   size_t bytes = 0;
-  for (const int vec : {1, pack_elements(shape.dtype)}) {
-    const ParamGradPlan plan = param_grad_plan(shape.rows, shape.n, acc, vec, sm_count);
-    const ReduceProblem columns{ReduceKind::Sum, acc_dtype(shape.dtype), nullptr, 1, plan.chunks, shape.n};
-    bytes = std::max(bytes, 2 * plan.partial_bytes + reduce_workspace_bytes(columns, sm_count));
-  }
+  for (const int vec : {1, pack_elements(shape.dtype)})
+    bytes = std::max(bytes, 2 * param_grad_plan(shape.rows, shape.n, acc, vec, sm_count).partial_bytes);
   return bytes;
 }
 
 cudaError_t norm_backward(const NormShape& shape, const NormBackward& io, void* workspace, int sm_count,
                           cudaStream_t stream) {
-  if (shape.rows == 0) return cudaSuccess;
+  if (shape.rows == 0 || shape.n == 0) return cudaSuccess;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -282,11 +247,12 @@ cudaError_t norm_backward(const NormShape& shape, const NormBackward& io, void* 
                                 static_cast<const T*>(io.grad_residual), static_cast<const A*>(io.mean),
                                 static_cast<const A*>(io.rstd),   static_cast<const T*>(io.weight),
                                 static_cast<T*>(io.dx),           nullptr,
-                                nullptr,                          nullptr,
                                 nullptr,                          shape.rows,
                                 shape.n,                          1};
-    auto* dweight = static_cast<A*>(io.dweight);
-    auto* dbias = static_cast<A*>(io.dbias);
+    // T's own accumulator type needs no narrowing.
+    constexpr bool kNarrower = sizeof(T) < sizeof(A);
+    const ParamGrad dweight{io.dweight, kNarrower && io.dweight_in_input_type};
+    const ParamGrad dbias{io.dbias, kNarrower && io.dbias_in_input_type};
     return shape.centered ? backward_rows<T, true>(a, dweight, dbias, workspace, sm_count, stream)
                           : backward_rows<T, false>(a, dweight, dbias, workspace, sm_count, stream);
   });

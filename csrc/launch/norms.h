@@ -1,7 +1,7 @@
 // Launchers for layer_norm and rms_norm, each optionally fused with the
 // pre-norm residual add: contiguous (rows, n) buffers, raw pointers, a
-// stream, no torch. Statistics (mean, rstd) and weight/bias gradients are in
-// the accumulator type: float, or double for double input.
+// stream, no torch. Statistics (mean, rstd) are in the accumulator type:
+// float, or double for double input.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,7 +37,9 @@ struct NormForward {
 cudaError_t norm_forward(const NormShape& shape, const NormForward& io, cudaStream_t stream);
 
 // dx always, plus grad_residual when given (it is then the gradient of both
-// inputs of the add); dweight, dbias (accumulator type, n each) when not null.
+// inputs of the add); dweight, dbias (n each) when not null, each in the
+// input's dtype where its flag says so (half parameters beside half input),
+// else in the accumulator type.
 struct NormBackward {
   const void* dy;
   const void* x;  // the normalised rows (h for the fused add)
@@ -48,6 +50,8 @@ struct NormBackward {
   void* dx;
   void* dweight;
   void* dbias;
+  bool dweight_in_input_type;
+  bool dbias_in_input_type;
 };
 // The apply half of a norm from given row statistics (mean null: rms_norm):
 // y = (x - mean) * rstd * weight + bias. Statistics in the accumulator type.

@@ -172,11 +172,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   t.rstd = rstd;
   t.weight = kernel_param(weight, input);
   t.dx = at::empty_like(t.x);
-  // The kernels make dweight (and dbias with a bias) in the accumulator
-  // type; layer_norm makes both when either parameter exists.
-  const auto acc = input.options().dtype(input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-  if (w || b) t.dweight = at::empty(normalized_shape, acc);
-  if (kind.centered && (w || b)) t.dbias = at::empty(normalized_shape, acc);
+  // layer_norm's kernels make dweight and dbias when either parameter
+  // exists. The CUDA ones write each in its parameter's dtype; the CPU ones
+  // in the accumulator type, cast below.
+  const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto grad_for = [&](const at::Tensor* param) {
+    return at::empty(normalized_shape, input.options().dtype(param && input.is_cuda() ? param->scalar_type() : acc));
+  };
+  if (w || b) t.dweight = grad_for(w);
+  if (kind.centered && (w || b)) t.dbias = grad_for(b);
   const NormArgs args{rows, n, 0, 0};
   if (input.is_cuda()) norm_backward_cuda(t, kind.centered, args);
   else norm_backward_cpu(t, kind.centered, args);

@@ -41,7 +41,9 @@ void norm_backward_cuda(NormBackwardTensors& t, bool centered, const NormArgs& a
                         data_or_null(t.weight),
                         t.dx.data_ptr(),
                         t.dweight.defined() ? t.dweight.data_ptr() : nullptr,
-                        t.dbias.defined() ? t.dbias.data_ptr() : nullptr};
+                        t.dbias.defined() ? t.dbias.data_ptr() : nullptr,
+                        t.dweight.defined() && t.dweight.scalar_type() == t.x.scalar_type(),
+                        t.dbias.defined() && t.dbias.scalar_type() == t.x.scalar_type()};
   check_cuda(norm_backward(shape, io, bytes ? scratch.data_ptr() : nullptr, sm_count(), current_stream()), op);
 }
 
