@@ -177,7 +177,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   }
   auto fold = [&](auto group) {
     constexpr int kVec = decltype(group)::value;
-    const int64_t blocks = std::min<int64_t>(n / kVec, int64_t(sm_count) * (2048 / kFoldThreads));
+    const dim3 blocks(static_cast<unsigned>(ceil_div(n / kVec, kFoldColumns)), partial_b ? 2 : 1);
     return launch_kernel(fold_param_grads_kernel<T, kVec, A>, blocks, kFoldThreads, 0, stream, After::Producer,
                          partial_w, partial_b, static_cast<int>(plan.chunks), n, dweight, dbias);
   };
