@@ -182,8 +182,6 @@ cudaError_t dispatch_floating(DType dtype, F&& f) {
   });
 }
 
-inline DType acc_dtype(DType dtype) { return dtype == DType::Double ? DType::Double : DType::Float; }
-
 // Elements per 16-byte pack of a floating dtype.
 inline int pack_elements(DType dtype) { return dtype == DType::Double ? 2 : dtype == DType::Float ? 4 : 8; }
 
