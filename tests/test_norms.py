@@ -261,13 +261,13 @@ def test_parameter_gradients_folded_in_one_launch(dtype, rows, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("rows, n", [(64, 96), (3000, 4096), (9000, 1600)])
+@pytest.mark.parametrize("rows, n", [(64, 96), (3000, 4096), (9000, 1600), (64, 20000)])
 def test_parameter_gradients_in_each_parameters_dtype(device, dtype, rows, n):
     # A half weight beside a float32 bias and the reverse: each gradient in
-    # its parameter's dtype, written so by the kernels that fold their
-    # partial rows (warp rows at 96, block rows at 4096) and by the column
-    # sum after the kernel (1600). Against float64, within the rounding of
-    # the parameter's dtype.
+    # its parameter's dtype, written so by the launch that folds the partial
+    # rows of the dx kernel (warp rows at 96, block rows at 4096 and 1600) or
+    # of the separate pass over rows too long for registers (20000). Against
+    # float64, within the rounding of the parameter's dtype.
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype).requires_grad_()
     g = torch.randn(rows, n, device=device).to(dtype)
     rounding = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
