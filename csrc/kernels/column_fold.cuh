@@ -40,13 +40,6 @@ struct PackSum {
   }
 };
 
-// 16-byte groups where n allows (each partial row then starts 16-byte
-// aligned; the buffer does).
-template <typename A>
-constexpr int fold_group(int64_t n) {
-  return n % (16 / sizeof(A)) == 0 ? 16 / sizeof(A) : 1;
-}
-
 // A block folds kFoldColumns groups of columns (64 contiguous bytes of each
 // partial row for float packs: a warp's load takes 8 rows of them whole)
 // over kFoldRowLanes lanes of rows. One thread a column group walking every

@@ -181,7 +181,8 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
     return launch_kernel(fold_param_grads_kernel<T, kVec, A>, blocks, kFoldThreads, 0, stream, After::Producer,
                          partial_w, partial_b, static_cast<int>(plan.chunks), n, dweight, dbias);
   };
-  if (fold_group<A>(n) == 1) return fold(std::integral_constant<int, 1>{});
+  // 16-byte groups where n allows (each partial row then starts 16-byte aligned; the buffer does).
+  if (n % (16 / sizeof(A)) != 0) return fold(std::integral_constant<int, 1>{});
   return fold(std::integral_constant<int, 16 / sizeof(A)>{});
 }
 

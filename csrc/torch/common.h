@@ -54,7 +54,8 @@ struct NormForwardTensors {
   at::Tensor x, residual, weight, bias, y, residual_out, mean, rstd;
 };
 // The backward: dx (plus grad_residual when defined) always; dweight, and
-// dbias for layer_norm, when defined (accumulator type).
+// dbias for layer_norm, when defined (each in x's dtype or the accumulator
+// type, as the caller allocated it: its parameter's dtype).
 struct NormBackwardTensors {
   at::Tensor dy, x, grad_residual, mean, rstd, weight, dx, dweight, dbias;
 };

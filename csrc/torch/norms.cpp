@@ -172,12 +172,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   t.rstd = rstd;
   t.weight = kernel_param(weight, input);
   t.dx = at::empty_like(t.x);
-  // layer_norm's kernels make dweight and dbias when either parameter
-  // exists. The CUDA ones write each in its parameter's dtype; the CPU ones
-  // in the accumulator type, cast below.
+  // The kernels write each gradient in its parameter's dtype; layer_norm's
+  // make dweight and dbias when either parameter exists (the absent one's in
+  // the accumulator type, unused).
   const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto grad_for = [&](const at::Tensor* param) {
-    return at::empty(normalized_shape, input.options().dtype(param && input.is_cuda() ? param->scalar_type() : acc));
+    return at::empty(normalized_shape, input.options().dtype(param ? param->scalar_type() : acc));
   };
   if (w || b) t.dweight = grad_for(w);
   if (kind.centered && (w || b)) t.dbias = grad_for(b);
@@ -185,7 +185,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   if (input.is_cuda()) norm_backward_cuda(t, kind.centered, args);
   else norm_backward_cpu(t, kind.centered, args);
   const auto none = input.new_empty({0});
-  return {t.dx, w ? t.dweight.to(w->scalar_type()) : none, b ? t.dbias.to(b->scalar_type()) : none};
+  return {t.dx, w ? t.dweight : none, b ? t.dbias : none};
 }
 
 constexpr NormForwardOp kLayerNorm{"layer_norm", true}, kAddLayerNorm{"add_layer_norm", true};

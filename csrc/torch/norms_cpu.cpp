@@ -186,16 +186,20 @@ void norm_backward_rows(NormBackwardTensors& t, bool centered, const NormArgs& a
       }
     }
   });
-  // The partials in order, columns in parallel: deterministic.
-  auto fold = [&](const std::vector<A>& partial, A* total) {
+  // The partials in order, columns in parallel: deterministic. Each sum is
+  // written in its gradient's dtype (T, or A beside float32 parameters).
+  auto fold = [&](const std::vector<A>& partial, at::Tensor& total) {
+    const bool in_input_type = total.scalar_type() == t.x.scalar_type();
     at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
-      std::fill(total + begin, total + end, A(0));
+      std::vector<A> sums(end - begin, A(0));
       for (int64_t p = 0; p < partials; ++p)
-        for (int64_t c = begin; c < end; ++c) total[c] += partial[p * n + c];
+        for (int64_t c = begin; c < end; ++c) sums[c - begin] += partial[p * n + c];
+      if (in_input_type) cpu::narrow(sums.data(), total.data_ptr<T>() + begin, end - begin);
+      else cpu::narrow(sums.data(), total.data_ptr<A>() + begin, end - begin);
     });
   };
-  if (dweight) fold(dw_partial, t.dweight.data_ptr<A>());
-  if (dbias) fold(db_partial, t.dbias.data_ptr<A>());
+  if (dweight) fold(dw_partial, t.dweight);
+  if (dbias) fold(db_partial, t.dbias);
 }
 
 template <typename T>
