@@ -46,6 +46,9 @@ struct NormBackwardArgs {
   opmath_t<T>* partial_b;
   int64_t rows, n;
   int64_t rows_per_group;  // lanes kernels: rows per warp or block
+  // Block-row lanes kernels with 16-byte packs: the next row's x and dy are
+  // copied into shared memory after the two partial-sum slots.
+  bool prefetch;
 };
 
 template <bool kCentered, typename A>
@@ -253,11 +256,36 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
   const int64_t group_index = kWarpRows ? blockIdx.x * int64_t(slots) + slot : blockIdx.x;
   const int64_t first = group_index * a.rows_per_group;
   const int64_t last = first + a.rows_per_group < a.rows ? first + a.rows_per_group : a.rows;
+  // A block walks its rows one after another: without a prefetch its loads
+  // of a row wait for the previous row's reductions, dx and sums. Each
+  // thread stages only the packs it reads back, so the copies need no
+  // barrier, and a row is staged after the row before has been read (its
+  // last reduction's barrier orders the two).
+  constexpr bool kCanPrefetch = !kWarpRows && sizeof(Pack) == 16;
+  const bool prefetch = kCanPrefetch && a.prefetch;
+  Pack* const stage_x = reinterpret_cast<Pack*>(row_cache<A>(2, n));
+  Pack* const stage_dy = stage_x + groups;
+  auto stage_row = [&](int64_t row) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int g = threads.group(p);
+      if (g >= groups) continue;
+      copy16_async(stage_x + g, reinterpret_cast<const Pack*>(a.x + row * a.n) + g);
+      copy16_async(stage_dy + g, reinterpret_cast<const Pack*>(a.dy + row * a.n) + g);
+    }
+  };
+  if (prefetch && first < last) stage_row(first);
   for (threads.row = first; threads.row < last; ++threads.row) {
     const int64_t offset = threads.row * a.n;
     Pack xs[kPacks], gs[kPacks];
-    load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, xs);
-    load_packs(threads, reinterpret_cast<const Pack*>(a.dy + offset), groups, gs);
+    if (prefetch) {
+      wait_async_copies();
+      load_packs(threads, stage_x, groups, xs);
+      load_packs(threads, stage_dy, groups, gs);
+    } else {
+      load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, xs);
+      load_packs(threads, reinterpret_cast<const Pack*>(a.dy + offset), groups, gs);
+    }
     const A mu = row_mean<kCentered>(a.mean, threads.row), r = a.rstd[threads.row];
     auto xhat_at = [&](int p, int j) { return (static_cast<A>(xs[p].elem[j]) - mu) * r; };
     auto g_at = [&](int p, int j) {
@@ -274,6 +302,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
       }
     const A mean_g = kCentered ? threads.template allreduce<SumOp<A>>(sum_g) / static_cast<A>(n) : A(0);
     const A mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
+    if (prefetch && threads.row + 1 < last) stage_row(threads.row + 1);
     Pack* const out = reinterpret_cast<Pack*>(a.dx + offset);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {

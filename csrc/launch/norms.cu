@@ -37,6 +37,7 @@ struct ParamGradPlan {
   int64_t rows_per_chunk;  // rows per warp or block of the dx kernel when fused, per chunk of the separate pass
   size_t shared_bytes;     // fused only
   size_t partial_bytes;    // each of the two partial buffers
+  bool prefetch = false;   // block rows: shared_bytes include the next row's stage
 };
 
 // `acc`: bytes per accumulator; `vec`: the elements per pack the dx kernel will load (1 where the buffers
@@ -66,7 +67,12 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
       const int64_t blocks_per_sm = std::clamp(kLongRowWarpsPerSm / warps, 2, 8);
       const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, sm_count * blocks_per_sm));
       const int64_t chunks = ceil_div(rows, rows_per_chunk);
-      return {true, chunks, rows_per_chunk, shared, partial_bytes(chunks)};
+      // The next row's x and dy staged too (16-byte packs), where the SM
+      // still holds blocks_per_sm blocks with it.
+      const size_t staged = shared + 2 * n * (16 / vec);
+      const bool prefetch = vec > 1 && rows_per_chunk > 1 && staged + kStaticSharedBytes <= size_t(per_block) &&
+                            blocks_per_sm * (staged + kStaticSharedBytes + 1024) <= size_t(per_sm);
+      return {true, chunks, rows_per_chunk, prefetch ? staged : shared, partial_bytes(chunks), prefetch};
     }
   }
   const int64_t tiles = ceil_div(n, kGradTile);
@@ -141,6 +147,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   lanes.partial_w = fused ? partial_w : nullptr;
   lanes.partial_b = fused ? partial_b : nullptr;
   lanes.rows_per_group = fused ? plan.rows_per_chunk : 1;  // unfused: a row per warp or block
+  lanes.prefetch = fused && plan.prefetch;
   auto launch = [&](auto kernel, int64_t blocks, int threads) {
     if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
     kernel<<<blocks, threads, shared, stream>>>(lanes);
@@ -249,7 +256,8 @@ cudaError_t norm_backward(const NormShape& shape, const NormBackward& io, void* 
                                 static_cast<const A*>(io.rstd),   static_cast<const T*>(io.weight),
                                 static_cast<T*>(io.dx),           nullptr,
                                 nullptr,                          shape.rows,
-                                shape.n,                          1};
+                                shape.n,                          1,
+                                false};
     // T's own accumulator type needs no narrowing.
     constexpr bool kNarrower = sizeof(T) < sizeof(A);
     const ParamGrad dweight{io.dweight, kNarrower && io.dweight_in_input_type};
