@@ -46,12 +46,13 @@ inline int column_tile_threads(int64_t packs, int64_t pack_bytes) {
 
 // Threads across a tile of the second pass (a column each): narrower, down
 // to a 32-byte sector of partials and 2 threads, while a grid of full tiles
-// would leave SMs idle; its lanes then walk fewer partials each. (A sum over
-// (65536, 128) folds 512 partials a column: 4 blocks of 32 columns walked 16
-// rows a lane; 16 blocks of 8 columns walk 4.)
+// would cover under an eighth of the SMs; its lanes then walk fewer partials
+// each. (H100: a (65536, 128) reduction's 4 blocks of 32 columns as 16 of 8
+// made every op 5-13% faster; (65536, 768)'s 24 as 96 made the ops with
+// costly combines 4-10% slower, their trees being deeper, and sum no faster.)
 inline int finish_tile_threads(int64_t inner, int64_t outer, size_t acc_bytes, int sm_count) {
   int width = kColumnTile;
-  while (width > 2 && width / 2 * acc_bytes >= 32 && ceil_div(inner, width) * outer < sm_count) width /= 2;
+  while (width > 2 && width / 2 * acc_bytes >= 32 && ceil_div(inner, width) * outer * 8 < sm_count) width /= 2;
   return width;
 }
 
