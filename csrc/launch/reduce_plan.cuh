@@ -44,6 +44,18 @@ inline int column_tile_threads(int64_t packs, int64_t pack_bytes) {
   return best;
 }
 
+// Threads across a tile of the second pass (a column each): narrower, down
+// to a 32-byte sector of partials and 2 threads, while a grid of full tiles
+// would cover under an eighth of the SMs; its lanes then walk fewer partials
+// each. (H100: a (65536, 128) reduction's 4 blocks of 32 columns as 16 of 8
+// made every op 5-13% faster; (65536, 768)'s 24 as 96 made the ops with
+// costly combines 4-10% slower, their trees being deeper, and sum no faster.)
+inline int finish_tile_threads(int64_t inner, int64_t outer, size_t acc_bytes, int sm_count) {
+  int width = kColumnTile;
+  while (width > 2 && width / 2 * acc_bytes >= 32 && ceil_div(inner, width) * outer * 8 < sm_count) width /= 2;
+  return width;
+}
+
 // What a plan needs to know of an op's kernels: the resident blocks per SM
 // of the split-rows kernel and of the column kernels' first passes (a grid of
 // at most one wave of them leaves no block waiting for a second wave, nor
@@ -222,15 +234,21 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
                                        : first_pass(Pack{}, NarrowTile{});
       if (err != cudaSuccess || !split) return err;
       const CombinePartials<Op> finish_op{op};
-      const dim3 finish_grid(ceil_div(p.inner, kColumnTile) * p.outer, 1);
+      const int finish_tile = finish_tile_threads(p.inner, p.outer, sizeof(Acc), sm_count);
+      const dim3 finish_grid(ceil_div(p.inner, finish_tile) * p.outer, 1);
+      // Full tiles keep their compile-time width (fewer registers); narrow
+      // ones take it at run time.
+      auto finish = [&](auto tile, auto threads) {
+        constexpr int kTile = decltype(tile)::value, kThreads = decltype(threads)::value;
+        return launch_kernel(reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kTile, kThreads>,
+                             finish_grid, kThreads, 0, stream, After::Producer, partials, plan.segments, p.inner,
+                             int64_t(1), plan.segments, finish_tile, out, finish_op);
+      };
+      using FewLanes = std::integral_constant<int, kColumnThreads>;
+      using ManyLanes = std::integral_constant<int, kFinishColumnThreads>;
       if (plan.segments <= kFewSegments)
-        return launch_kernel(reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kColumnTile>, finish_grid,
-                             kColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
-                             plan.segments, kColumnTile, out, finish_op);
-      return launch_kernel(
-          reduce_columns_kernel<CombinePartials<Op>, Acc, Sink, true, 1, kColumnTile, kFinishColumnThreads>,
-          finish_grid, kFinishColumnThreads, 0, stream, After::Producer, partials, plan.segments, p.inner, int64_t(1),
-          plan.segments, kColumnTile, out, finish_op);
+        return finish_tile == kColumnTile ? finish(FullTile{}, FewLanes{}) : finish(NarrowTile{}, FewLanes{});
+      return finish_tile == kColumnTile ? finish(FullTile{}, ManyLanes{}) : finish(NarrowTile{}, ManyLanes{});
     }
   }
   return cudaErrorInvalidValue;
