@@ -41,7 +41,7 @@ sanitize() {
 }
 want memcheck && sanitize memcheck tests/test_norms.py tests/test_dropin.py tests/test_transformer_rows.py
 want memcheck && sanitize memcheck tests/test_family.py tests/test_reductions.py \
-  -k "full or dim or extremes or (moments and float32) or (logsumexp and bfloat16) or (norm and float16) or argmax or aminmax or any or foreach or clip or graph"
+  -k "full or dim or extremes or (moments and float32) or (logsumexp and bfloat16) or (norm and float16) or argmax or aminmax or any or foreach or clip or graph or plan_shapes"
 want racecheck && sanitize racecheck tests/test_family.py -k "moments and float32 or argmax or foreach"
 want racecheck && sanitize racecheck tests/test_norms.py tests/test_transformer_rows.py \
   -k "backward_matches or each_parameters or (long_rows and float32) or (add_norm and bfloat16) or (every_option and 50304)"

@@ -48,9 +48,9 @@ def close(ours, reference, dtype, scale=None, theirs=None):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("shape,dim", CASES)
+@pytest.mark.parametrize("shape,dim", CASES, ids=str)
 def test_moments(device, dtype, shape, dim):
     # A large mean: the sum-of-squares formula would cancel.
     base = (random_tensor(shape, torch.float64, device) + 1000).to(dtype)
@@ -112,8 +112,8 @@ def test_moments_warn_once_without_degrees_of_freedom():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is not None])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is not None], ids=str)
 def test_logsumexp(device, dtype, shape, dim):
     base = (4 * random_tensor(shape, torch.float64, device)).to(dtype)
     for x in layouts(base):
@@ -159,8 +159,8 @@ ORDS = [2, 1, 0, 3, 0.5, -1, math.inf, -math.inf]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("shape,dim", CASES)
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape,dim", CASES, ids=str)
 def test_norm(device, dtype, shape, dim):
     base = random_tensor(shape, dtype, device)
     for x in layouts(base):
@@ -196,8 +196,8 @@ def test_norm_dtype_overflow_and_errors(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", FLOATS + INTEGERS)
-@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is None or isinstance(c[1], int)])
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS, ids=str)
+@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is None or isinstance(c[1], int)], ids=str)
 def test_argmax_argmin(device, dtype, shape, dim):
     # Few distinct values: many ties, where the first index must win.
     base = random_tensor(shape, torch.int64, device, low=-3, high=3).to(dtype)
@@ -210,8 +210,8 @@ def test_argmax_argmin(device, dtype, shape, dim):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
-@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is None or isinstance(c[1], int)])
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool], ids=str)
+@pytest.mark.parametrize("shape,dim", [c for c in CASES if c[1] is None or isinstance(c[1], int)], ids=str)
 def test_aminmax(device, dtype, shape, dim):
     base = random_tensor(shape, dtype, device)
     for x in layouts(base):
@@ -245,8 +245,8 @@ def test_selection_special_values(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
-@pytest.mark.parametrize("shape,dim", CASES)
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool], ids=str)
+@pytest.mark.parametrize("shape,dim", CASES, ids=str)
 def test_any_all(device, dtype, shape, dim):
     # Mostly zeros with a sprinkle of non-zeros: rows of every outcome.
     sparse = (torch.rand(shape, device=device) < 0.002).to(dtype)
@@ -307,7 +307,7 @@ def test_gradients(device, dim, keepdim):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gradients_low_precision(device, dtype):
     x = random_tensor((16, 40), dtype, device).requires_grad_()
     for ours, theirs in [(fr.var, torch.var), (fr.std, torch.std),
