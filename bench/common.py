@@ -21,7 +21,11 @@ from collections.abc import Callable
 
 import torch
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# FASTREDUCE_RESULTS_DIR moves the JSONs and plots elsewhere: a bench left
+# running in the background across GPU-machine calls must write outside the
+# working tree, which each call replaces (twice a family run's JSON was lost).
+RESULTS_DIR = os.environ.get("FASTREDUCE_RESULTS_DIR") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 class Timer:

@@ -6,6 +6,10 @@
 # Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
 # micro reduce family ladder norms rows; default: all but the two sanitizer steps.
 # The README and results.tgz are refreshed after any benchmark step.
+# A bench that outlives one call (bench/family.py after a fresh build): start
+# it as `FASTREDUCE_RESULTS_DIR=/tmp/results nohup python3 bench/family.py >
+# /tmp/family.md &`, then, from the next call (at once: an idle machine goes
+# back after 30 s), copy /tmp/results/*.json and /tmp/family.md into $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
