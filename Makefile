@@ -4,11 +4,8 @@
 # the C++ ones (cpp-test: API tests, the C++ example, AOTInductor from C++).
 PYTHON := $(shell python3 -c 'import torch' 2>/dev/null && echo python3 || echo .venv/bin/python)
 TORCH_VERSION ?= 2.14.1
-# A CUDA build of torch makes its CMake package look for the CUDA toolkit.
-CUDA_HOME ?= $(shell test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda)
-CMAKE_CUDA_ARGS := $(if $(CUDA_HOME),-DCUDA_TOOLKIT_ROOT_DIR=$(CUDA_HOME) -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc)
 
-.PHONY: install test cpp-test wheel bench clean
+.PHONY: install test cpp-test gtest wheel bench clean
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -21,8 +18,18 @@ test: install
 	$(PYTHON) -m pytest -q tests
 	$(MAKE) cpp-test
 
-cpp-test: install
-	cmake -S tests/cpp -B build/cpp -DCMAKE_BUILD_TYPE=Release $(CMAKE_CUDA_ARGS) \
+# GoogleTest for the C++ tests: Debian's libgtest-dev, installed when it can be.
+gtest:
+	@test -f /usr/include/gtest/gtest.h || test -f /usr/local/include/gtest/gtest.h || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y -q libgtest-dev || { apt-get update -q && apt-get install -y -q libgtest-dev; }; \
+	else \
+	  echo "The C++ tests need GoogleTest: run 'sudo apt-get install libgtest-dev' (or install it where CMake finds it)" >&2; \
+	  exit 1; \
+	fi
+
+cpp-test: install gtest
+	cmake -S tests/cpp -B build/cpp -DCMAKE_BUILD_TYPE=Release \
 	  -DPython3_EXECUTABLE="$$($(PYTHON) -c 'import sys; print(sys.executable)')" \
 	  -DCMAKE_PREFIX_PATH="$$($(PYTHON) -c 'import torch, fastreduce_torch as f; print(torch.utils.cmake_prefix_path + ";" + f.cmake_prefix_path)')"
 	cmake --build build/cpp --parallel $${MAX_JOBS:-2}

@@ -29,7 +29,16 @@ def locate_cuda_home():
 
 locate_cuda_home()
 
-import torch  # noqa: E402
+try:
+    import torch  # noqa: E402
+except ImportError:
+    # pip's isolated build environment has no torch (pyproject.toml does not ask
+    # for one: a build against a freshly downloaded torch would not import
+    # beside the user's own).
+    raise SystemExit(
+        "fastreduce builds against the torch already installed, which pip's isolated build cannot see: "
+        "install with `pip install --no-build-isolation .` (or `make install`), after installing torch."
+    ) from None
 from torch.utils import cpp_extension  # noqa: E402
 
 

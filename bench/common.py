@@ -21,11 +21,13 @@ from collections.abc import Callable
 
 import torch
 
-# FASTREDUCE_RESULTS_DIR moves the JSONs and plots elsewhere: a bench left
-# running in the background across GPU-machine calls must write outside the
-# working tree, which each call replaces (twice a family run's JSON was lost).
+# JSONs and plots go to build/bench-results (ignored by git), so a run leaves
+# the checkout clean; `python3 scripts/update_readme.py` publishes them into
+# docs/results. FASTREDUCE_RESULTS_DIR moves them elsewhere: a bench left
+# running across GPU-machine calls must write outside the working tree, which
+# each call replaces.
 RESULTS_DIR = os.environ.get("FASTREDUCE_RESULTS_DIR") or os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "results")
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "bench-results")
 
 
 class Timer:

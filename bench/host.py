@@ -104,7 +104,7 @@ def run(device: str, calls: int, trials: int):
                     a, o = per_call_us(theirs, t, calls, trials, device), per_call_us(ours, t, calls, trials, device)
             else:
                 a, o = per_call_us(theirs, t, calls, trials, device), per_call_us(ours, t, calls, trials, device)
-            row += [a, o, o / a]
+            row += [a, o, a / o]
         rows.append(row)
     return rows
 
@@ -114,7 +114,7 @@ def main():
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--trials", type=int, default=25)
     args = parser.parse_args()
-    columns = ["call"] + [f"{m}: {w}" for m in MODES for w in ("aten µs", "ours µs", "ours/aten")]
+    columns = ["call"] + [f"{m}: {w}" for m in MODES for w in ("aten µs", "ours µs", "aten/ours")]
     markdown = ""
     payload = {}
     devices = (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]
@@ -131,9 +131,9 @@ def main():
                 t = x.detach().clone().requires_grad_(grad)
                 a = per_call_synced_us(theirs, t, 200, args.trials)
                 o = per_call_synced_us(ours, t, 200, args.trials)
-                rows.append([name + (", requires grad" if grad else ""), a, o, o / a])
+                rows.append([name + (", requires grad" if grad else ""), a, o, a / o])
         title = f"Time per call of 200 back-to-back calls, cuda (median of {args.trials})"
-        markdown += print_table(title, ["call", "aten µs", "ours µs", "ours/aten"], rows) + "\n"
+        markdown += print_table(title, ["call", "aten µs", "ours µs", "aten/ours"], rows) + "\n"
         payload["medium"] = rows
     payload["environment"] = environment() if torch.cuda.is_available() else cpu_environment()
     payload["markdown"] = markdown

@@ -3,8 +3,9 @@ swapped in (patch() for the layer norms, causal_softmax for the attention):
 same logits within tolerance, then for float32, bfloat16 autocast and
 float16 autocast with a GradScaler: a training step with each (loss and
 gradients compared) and the time per AdamW step at several (batch, T).
-GPT-2 small by default (12 layers, width 768, vocabulary 50257). Random
-weights and tokens; nothing is downloaded.
+GPT-2 small on a GPU (12 layers, width 768, vocabulary 50257); on the CPU a
+2-layer, width-128 model that finishes in well under a minute. Random weights
+and tokens; nothing is downloaded.
 
     python examples/gpt2.py [--device cuda] [--layers 12] [--shapes 1x1024,8x1024,1x128] [--steps 40]
 """
@@ -140,13 +141,15 @@ def compare_one_step(reference, ours, tokens, precision):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--width", type=int, default=768)
-    parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--vocab", type=int, default=50257)
-    parser.add_argument("--shapes", default="1x1024,8x1024,1x128", help="batch x T per timed step")
+    gpu = parser.parse_known_args()[0].device != "cpu"
+    parser.add_argument("--layers", type=int, default=12 if gpu else 2)
+    parser.add_argument("--width", type=int, default=768 if gpu else 128)
+    parser.add_argument("--heads", type=int, default=12 if gpu else 4)
+    parser.add_argument("--vocab", type=int, default=50257 if gpu else 4096)
+    parser.add_argument("--shapes", default="1x1024,8x1024,1x128" if gpu else "2x64", help="batch x T per timed step")
     parser.add_argument("--precisions", default="float32,bfloat16,float16")
-    parser.add_argument("--steps", type=int, default=40, help="timed steps per model, the models taking turns")
+    parser.add_argument("--steps", type=int, default=40 if gpu else 4,
+                        help="timed steps per model, the models taking turns")
     args = parser.parse_args()
     torch.manual_seed(0)
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]

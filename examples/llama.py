@@ -4,8 +4,8 @@ once with torch's modules and functions, once with fastreduce's fused
 residual-add + RMSNorm and fused cross-entropy. Prints both loss curves and
 the mean step time.
 
-    python examples/llama.py                       # GPU if there is one
-    python examples/llama.py --device cpu --layers 2 --width 64 --steps 3
+    python examples/llama.py                  # GPU if there is one; on the CPU a model sized for it
+    python examples/llama.py --device cuda --layers 8 --width 1024
 """
 
 from __future__ import annotations
@@ -94,13 +94,14 @@ def train(model: Llama, batches, device: str, precision: torch.dtype | None) -> 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--vocab", type=int, default=32000)
-    parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=10)
+    gpu = parser.parse_known_args(argv)[0].device != "cpu"
+    parser.add_argument("--vocab", type=int, default=32000 if gpu else 4096)
+    parser.add_argument("--width", type=int, default=512 if gpu else 128)
+    parser.add_argument("--layers", type=int, default=4 if gpu else 2)
+    parser.add_argument("--heads", type=int, default=8 if gpu else 4)
+    parser.add_argument("--batch", type=int, default=8 if gpu else 2)
+    parser.add_argument("--seq", type=int, default=512 if gpu else 64)
+    parser.add_argument("--steps", type=int, default=10 if gpu else 5)
     parser.add_argument("--precision", choices=["float32", "bfloat16"], default="bfloat16")
     args = parser.parse_args(argv)
     precision = None if args.precision == "float32" else torch.bfloat16

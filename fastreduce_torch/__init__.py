@@ -19,6 +19,9 @@ from .norms import add_layer_norm, add_rms_norm, causal_softmax, layer_norm, rms
 from .reductions import amax, amin, mean, prod, sum
 from .selection import all, aminmax, any, argmax, argmin
 from .statistics import clip_grad_norm_, foreach_norm, logsumexp, norm, std, std_mean, var, var_mean
+from ._sharding import register_when_dtensor_imported
+
+register_when_dtensor_imported()
 
 #: Folder for CMake's find_package(fastreduce) (C++ programs linking the operators).
 cmake_prefix_path = os.path.join(os.path.dirname(__file__), "share", "cmake")

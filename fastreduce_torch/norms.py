@@ -11,11 +11,7 @@ from torch import Tensor
 
 from . import _C
 from ._eager import plain
-
-if torch.distributed.is_available():
-    from . import distributed as _distributed
-else:
-    _distributed = None
+from ._sharding import rules as sharding_rules
 
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -31,7 +27,8 @@ def _shape(normalized_shape: int | Sequence[int]) -> Sequence[int]:
 def _tensor_parallel(input: Tensor, normalized_dims: int) -> int | None:
     """The mesh dim of a DTensor sharded along its one normalised dim (the
     statistics-exchanging path of distributed.py), else None."""
-    return _distributed.sharded_row_dim(input, normalized_dims) if _distributed is not None else None
+    rules = sharding_rules()
+    return rules.sharded_row_dim(input, normalized_dims) if rules is not None else None
 
 
 def layer_norm(
@@ -48,7 +45,7 @@ def layer_norm(
     if plain(input):
         return _C.layer_norm(input, normalized_shape, weight, bias, eps)
     if (mesh_dim := _tensor_parallel(input, len(normalized_shape))) is not None:
-        return _distributed.sharded_norm(input, mesh_dim, weight, bias, eps, centered=True)
+        return sharding_rules().sharded_norm(input, mesh_dim, weight, bias, eps, centered=True)
     return _layer_norm(input, normalized_shape, weight, bias, eps)[0]
 
 
@@ -66,7 +63,7 @@ def rms_norm(
     if (mesh_dim := _tensor_parallel(input, len(_shape(normalized_shape)))) is not None:
         if eps is None:
             eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
-        return _distributed.sharded_norm(input, mesh_dim, weight, None, eps, centered=False)
+        return sharding_rules().sharded_norm(input, mesh_dim, weight, None, eps, centered=False)
     return _rms_norm(input, _shape(normalized_shape), weight, eps)[0]
 
 
@@ -109,7 +106,7 @@ def softmax(input: Tensor, dim: int = -1, *, dtype: torch.dtype | None = None) -
     if plain(input):
         return _C.softmax(input, dim, dtype)
     if dim % max(input.dim(), 1) == input.dim() - 1 and (mesh_dim := _tensor_parallel(input, 1)) is not None:
-        return _distributed.sharded_softmax(input if dtype is None else input.to(dtype), mesh_dim)
+        return sharding_rules().sharded_softmax(input if dtype is None else input.to(dtype), mesh_dim)
     return _softmax(input, dim, dtype=dtype)
 
 

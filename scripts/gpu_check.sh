@@ -5,7 +5,10 @@
 #   bash scripts/gpu_check.sh [step ...]
 # Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
 # micro reduce family ladder norms rows; default: all but the two sanitizer steps.
-# The README and results.tgz are refreshed after any benchmark step.
+# Benches write to build/bench-results; after any benchmark step they are
+# published into docs/results (scripts/update_readme.py) and results.tgz.
+# The build here is for sm_90 only (the H100/H200), to save minutes; CI
+# builds the default architectures.
 # A bench that outlives one call (bench/family.py after a fresh build): start
 # it as `FASTREDUCE_RESULTS_DIR=/tmp/results nohup python3 bench/family.py >
 # /tmp/family.md &`, then, from the next call (at once: an idle machine goes
@@ -61,5 +64,5 @@ for bench in host reduce family ladder norms rows; do
 done
 if [[ $benched == 1 ]]; then
   python3 scripts/update_readme.py
-  tar czf "$OUT/results.tgz" bench/results README.md
+  tar czf "$OUT/results.tgz" docs/results docs/results.md README.md
 fi
