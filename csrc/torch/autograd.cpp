@@ -27,7 +27,7 @@ at::ScalarType input_dtype(NodeContext* ctx) { return ctx->saved_data["dtype"].t
 // sum and mean: the gradient broadcast back over the reduced dims (divided
 // by their element count for mean), in the input's dtype.
 template <bool IsMean>
-struct SumMeanFunction : OpFunction<SumMeanFunction<IsMean>> {
+struct SumMeanFunction {
   static constexpr const char* kName = IsMean ? "fastreduce::MeanBackward" : "fastreduce::SumBackward";
   static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
@@ -37,11 +37,9 @@ struct SumMeanFunction : OpFunction<SumMeanFunction<IsMean>> {
       return call_sum(self, dim, keepdim, dtype);
     }
   }
-  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-                            std::optional<at::ScalarType> dtype) {
+  static void save(NodeContext* ctx, const at::Tensor&, const at::Tensor& self, at::OptionalIntArrayRef dim,
+                   bool keepdim, std::optional<at::ScalarType>) {
     save_reduction(ctx, self, dim, keepdim);
-    at::AutoDispatchBelowADInplaceOrView below;
-    return op_call(self, dim, keepdim, dtype);
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     at::Tensor grad = expand_to_input(ctx, grads[0]);
@@ -55,23 +53,17 @@ struct SumMeanFunction : OpFunction<SumMeanFunction<IsMean>> {
   }
 };
 
-struct ProdFunction : OpFunction<ProdFunction> {
+struct ProdFunction {
   static constexpr const char* kName = "fastreduce::ProdBackward";
   static at::Tensor op_call(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
     return call_prod(self, dim, keepdim, dtype);
   }
-  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-                            std::optional<at::ScalarType> dtype) {
-    at::Tensor result;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      result = op_call(self, dim, keepdim, dtype);
-    }
+  static void save(NodeContext* ctx, const at::Tensor& result, const at::Tensor& self, at::OptionalIntArrayRef dim,
+                   bool keepdim, std::optional<at::ScalarType>) {
     ctx->saved_data["dim"] = dim.has_value() ? c10::IValue(*dim) : c10::IValue();
     ctx->saved_data["keepdim"] = keepdim;
     ctx->save_for_backward({self, result});
-    return result;
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -85,7 +77,7 @@ struct ProdFunction : OpFunction<ProdFunction> {
 
 // amax and amin: ties share the gradient evenly, as in torch.
 template <bool IsMax>
-struct ExtremumFunction : OpFunction<ExtremumFunction<IsMax>> {
+struct ExtremumFunction {
   static constexpr const char* kName = IsMax ? "fastreduce::AmaxBackward" : "fastreduce::AminBackward";
   static at::Tensor op_call(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
     if constexpr (IsMax) {
@@ -94,9 +86,7 @@ struct ExtremumFunction : OpFunction<ExtremumFunction<IsMax>> {
       return call_amin(self, dim, keepdim);
     }
   }
-  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
-    return forward_saving_input_and_result<ExtremumFunction<IsMax>>(ctx, self, dim, keepdim);
-  }
+  static constexpr auto save = save_input_and_result;
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor ties = saved[0].eq(unsqueeze_reduced(ctx, saved[1])).to(grads[0].scalar_type());
@@ -105,28 +95,24 @@ struct ExtremumFunction : OpFunction<ExtremumFunction<IsMax>> {
   }
 };
 
-// ---- normalisations: the backward ops take what the forward saved.
+// ---- normalisations: the backward ops take what the forward saved; the
+// statistics are outputs without a gradient.
 
-struct LayerNormFunction : OpFunction<LayerNormFunction> {
+using Tensors3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensors2 = std::tuple<at::Tensor, at::Tensor>;
+
+struct LayerNormFunction {
   static constexpr const char* kName = "fastreduce::LayerNormBackward";
-  static std::tuple<at::Tensor, at::Tensor, at::Tensor> op_call(const at::Tensor& input,
-                                                                at::IntArrayRef normalized_shape,
-                                                                const std::optional<at::Tensor>& weight,
-                                                                const std::optional<at::Tensor>& bias, double eps) {
+  static Tensors3 op_call(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                          const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
     return call_layer_norm(input, normalized_shape, weight, bias, eps);
   }
-  static variable_list forward(NodeContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
-                               const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                               double eps) {
-    at::Tensor out, mean, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(out, mean, rstd) = op_call(input, normalized_shape, weight, bias, eps);
-    }
+  static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                   const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double) {
+    const auto& [y, mean, rstd] = out;
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->save_for_backward({input, mean, rstd, or_undefined(weight), or_undefined(bias)});
     ctx->mark_non_differentiable({mean, rstd});
-    return {out, mean, rstd};
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -138,24 +124,18 @@ struct LayerNormFunction : OpFunction<LayerNormFunction> {
   }
 };
 
-struct RmsNormFunction : OpFunction<RmsNormFunction> {
+struct RmsNormFunction {
   static constexpr const char* kName = "fastreduce::RmsNormBackward";
-  static std::tuple<at::Tensor, at::Tensor> op_call(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                                                    const std::optional<at::Tensor>& weight,
-                                                    std::optional<double> eps) {
+  static Tensors2 op_call(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                          const std::optional<at::Tensor>& weight, std::optional<double> eps) {
     return call_rms_norm(input, normalized_shape, weight, eps);
   }
-  static variable_list forward(NodeContext* ctx, const at::Tensor& input, at::IntArrayRef normalized_shape,
-                               const std::optional<at::Tensor>& weight, std::optional<double> eps) {
-    at::Tensor out, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(out, rstd) = op_call(input, normalized_shape, weight, eps);
-    }
+  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                   const std::optional<at::Tensor>& weight, std::optional<double>) {
+    const auto& rstd = std::get<1>(out);
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->save_for_backward({input, rstd, or_undefined(weight)});
     ctx->mark_non_differentiable({rstd});
-    return {out, rstd};
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -168,25 +148,20 @@ struct RmsNormFunction : OpFunction<RmsNormFunction> {
 // The fused residual add: the gradient reaching residual_out joins the norm's
 // input gradient in the backward kernel, and the sum is the gradient of both
 // input and residual.
-struct AddLayerNormFunction : OpFunction<AddLayerNormFunction> {
+struct AddLayerNormFunction {
+  using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
   static constexpr const char* kName = "fastreduce::AddLayerNormBackward";
-  static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> op_call(
-      const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
-      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  static Outputs op_call(const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+                         const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
     return call_add_layer_norm(input, residual, normalized_shape, weight, bias, eps);
   }
-  static variable_list forward(NodeContext* ctx, const at::Tensor& input, const at::Tensor& residual,
-                               at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
-                               const std::optional<at::Tensor>& bias, double eps) {
-    at::Tensor out, residual_out, mean, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(out, residual_out, mean, rstd) = op_call(input, residual, normalized_shape, weight, bias, eps);
-    }
+  static void save(NodeContext* ctx, const Outputs& out, const at::Tensor&, const at::Tensor&,
+                   at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                   const std::optional<at::Tensor>& bias, double) {
+    const auto& [y, residual_out, mean, rstd] = out;
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->save_for_backward({residual_out, mean, rstd, or_undefined(weight), or_undefined(bias)});
     ctx->mark_non_differentiable({mean, rstd});
-    return {out, residual_out, mean, rstd};
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -198,26 +173,18 @@ struct AddLayerNormFunction : OpFunction<AddLayerNormFunction> {
   }
 };
 
-struct AddRmsNormFunction : OpFunction<AddRmsNormFunction> {
+struct AddRmsNormFunction {
   static constexpr const char* kName = "fastreduce::AddRmsNormBackward";
-  static std::tuple<at::Tensor, at::Tensor, at::Tensor> op_call(const at::Tensor& input, const at::Tensor& residual,
-                                                                at::IntArrayRef normalized_shape,
-                                                                const std::optional<at::Tensor>& weight,
-                                                                std::optional<double> eps) {
+  static Tensors3 op_call(const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+                          const std::optional<at::Tensor>& weight, std::optional<double> eps) {
     return call_add_rms_norm(input, residual, normalized_shape, weight, eps);
   }
-  static variable_list forward(NodeContext* ctx, const at::Tensor& input, const at::Tensor& residual,
-                               at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
-                               std::optional<double> eps) {
-    at::Tensor out, residual_out, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(out, residual_out, rstd) = op_call(input, residual, normalized_shape, weight, eps);
-    }
+  static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor&, const at::Tensor&,
+                   at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight, std::optional<double>) {
+    const auto& [y, residual_out, rstd] = out;
     ctx->saved_data["normalized_shape"] = normalized_shape;
     ctx->save_for_backward({residual_out, rstd, or_undefined(weight)});
     ctx->mark_non_differentiable({rstd});
-    return {out, residual_out, rstd};
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -229,26 +196,19 @@ struct AddRmsNormFunction : OpFunction<AddRmsNormFunction> {
 
 // lse is differentiable too (z-loss: d lse / d x = softmax(x)). Gradients are
 // not materialised: an unused loss or lse costs nothing in the backward.
-struct CrossEntropyFunction : OpFunction<CrossEntropyFunction> {
+struct CrossEntropyFunction {
   static constexpr const char* kName = "fastreduce::CrossEntropyBackward";
-  static std::tuple<at::Tensor, at::Tensor> op_call(const at::Tensor& input, const at::Tensor& target,
-                                                    c10::string_view reduction, int64_t ignore_index,
-                                                    double label_smoothing) {
+  static Tensors2 op_call(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+                          int64_t ignore_index, double label_smoothing) {
     return call_cross_entropy(input, target, reduction, ignore_index, label_smoothing);
   }
-  static variable_list forward(NodeContext* ctx, const at::Tensor& input, const at::Tensor& target,
-                               c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
-    at::Tensor loss, lse;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(loss, lse) = op_call(input, target, reduction, ignore_index, label_smoothing);
-    }
+  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& input, const at::Tensor& target,
+                   c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
     ctx->set_materialize_grads(false);
     ctx->saved_data["reduction"] = std::string(reduction);
     ctx->saved_data["ignore_index"] = ignore_index;
     ctx->saved_data["label_smoothing"] = label_smoothing;
-    ctx->save_for_backward({input, target, lse});
-    return {loss, lse};
+    ctx->save_for_backward({input, target, std::get<1>(out)});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -263,22 +223,16 @@ struct CrossEntropyFunction : OpFunction<CrossEntropyFunction> {
   }
 };
 
-struct SoftmaxFunction : OpFunction<SoftmaxFunction> {
+struct SoftmaxFunction {
   static constexpr const char* kName = "fastreduce::SoftmaxBackward";
   static at::Tensor op_call(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
     return call_softmax(self, dim, dtype);
   }
-  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, int64_t dim,
-                            std::optional<at::ScalarType> dtype) {
-    at::Tensor out;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      out = op_call(self, dim, dtype);
-    }
+  static void save(NodeContext* ctx, const at::Tensor& out, const at::Tensor& self, int64_t dim,
+                   std::optional<at::ScalarType>) {
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["dtype"] = self.scalar_type();
     ctx->save_for_backward({out});
-    return out;
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const at::Tensor out = ctx->get_saved_variables()[0];
@@ -287,20 +241,12 @@ struct SoftmaxFunction : OpFunction<SoftmaxFunction> {
   }
 };
 
-struct CausalSoftmaxFunction : OpFunction<CausalSoftmaxFunction> {
+struct CausalSoftmaxFunction {
   static constexpr const char* kName = "fastreduce::CausalSoftmaxBackward";
-  static at::Tensor op_call(const at::Tensor& scores, double scale) {
-    return call_causal_softmax(scores, scale);
-  }
-  static at::Tensor forward(NodeContext* ctx, const at::Tensor& scores, double scale) {
-    at::Tensor out;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      out = op_call(scores, scale);
-    }
+  static at::Tensor op_call(const at::Tensor& scores, double scale) { return call_causal_softmax(scores, scale); }
+  static void save(NodeContext* ctx, const at::Tensor& out, const at::Tensor&, double scale) {
     ctx->saved_data["scale"] = scale;
     ctx->save_for_backward({out});
-    return out;
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const at::Tensor out = ctx->get_saved_variables()[0];
@@ -308,116 +254,21 @@ struct CausalSoftmaxFunction : OpFunction<CausalSoftmaxFunction> {
   }
 };
 
-// ---- the Autograd-key kernels: the Function only when a gradient is wanted.
-
-template <typename F>
-at::Tensor reduction_autograd(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
-                              std::optional<at::ScalarType> dtype) {
-  if (!any_wants_grad(self)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return F::op_call(self, dim, keepdim, dtype);
-  }
-  return F::apply(self, dim, keepdim, dtype);
-}
-
-template <bool IsMax>
-at::Tensor extremum_autograd(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
-  if (!any_wants_grad(self)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return ExtremumFunction<IsMax>::op_call(self, dim, keepdim);
-  }
-  return ExtremumFunction<IsMax>::apply(self, dim, keepdim);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_autograd(const at::Tensor& input,
-                                                                   at::IntArrayRef normalized_shape,
-                                                                   const std::optional<at::Tensor>& weight,
-                                                                   const std::optional<at::Tensor>& bias, double eps) {
-  if (!any_wants_grad(input, weight, bias)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return LayerNormFunction::op_call(input, normalized_shape, weight, bias, eps);
-  }
-  const auto outputs = LayerNormFunction::apply(input, normalized_shape, weight, bias, eps);
-  return {outputs[0], outputs[1], outputs[2]};
-}
-
-std::tuple<at::Tensor, at::Tensor> rms_norm_autograd(const at::Tensor& input, at::IntArrayRef normalized_shape,
-                                                     const std::optional<at::Tensor>& weight,
-                                                     std::optional<double> eps) {
-  if (!any_wants_grad(input, weight)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return RmsNormFunction::op_call(input, normalized_shape, weight, eps);
-  }
-  const auto outputs = RmsNormFunction::apply(input, normalized_shape, weight, eps);
-  return {outputs[0], outputs[1]};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm_autograd(
-    const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
-    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
-  if (!any_wants_grad(input, residual, weight, bias)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return AddLayerNormFunction::op_call(input, residual, normalized_shape, weight, bias, eps);
-  }
-  const auto outputs = AddLayerNormFunction::apply(input, residual, normalized_shape, weight, bias, eps);
-  return {outputs[0], outputs[1], outputs[2], outputs[3]};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_autograd(const at::Tensor& input,
-                                                                     const at::Tensor& residual,
-                                                                     at::IntArrayRef normalized_shape,
-                                                                     const std::optional<at::Tensor>& weight,
-                                                                     std::optional<double> eps) {
-  if (!any_wants_grad(input, residual, weight)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return AddRmsNormFunction::op_call(input, residual, normalized_shape, weight, eps);
-  }
-  const auto outputs = AddRmsNormFunction::apply(input, residual, normalized_shape, weight, eps);
-  return {outputs[0], outputs[1], outputs[2]};
-}
-
-std::tuple<at::Tensor, at::Tensor> cross_entropy_autograd(const at::Tensor& input, const at::Tensor& target,
-                                                          c10::string_view reduction, int64_t ignore_index,
-                                                          double label_smoothing) {
-  if (!any_wants_grad(input)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return CrossEntropyFunction::op_call(input, target, reduction, ignore_index, label_smoothing);
-  }
-  const auto outputs = CrossEntropyFunction::apply(input, target, reduction, ignore_index, label_smoothing);
-  return {outputs[0], outputs[1]};
-}
-
-at::Tensor softmax_autograd(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
-  if (!any_wants_grad(self)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return SoftmaxFunction::op_call(self, dim, dtype);
-  }
-  return SoftmaxFunction::apply(self, dim, dtype);
-}
-
-at::Tensor causal_softmax_autograd(const at::Tensor& scores, double scale) {
-  if (!any_wants_grad(scores)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return CausalSoftmaxFunction::op_call(scores, scale);
-  }
-  return CausalSoftmaxFunction::apply(scores, scale);
-}
-
 }  // namespace
 
 void register_autograd(torch::Library& m) {
-  m.impl("sum", &reduction_autograd<SumMeanFunction<false>>);
-  m.impl("mean", &reduction_autograd<SumMeanFunction<true>>);
-  m.impl("prod", &reduction_autograd<ProdFunction>);
-  m.impl("amax", &extremum_autograd<true>);
-  m.impl("amin", &extremum_autograd<false>);
-  m.impl("layer_norm", &layer_norm_autograd);
-  m.impl("rms_norm", &rms_norm_autograd);
-  m.impl("add_layer_norm", &add_layer_norm_autograd);
-  m.impl("add_rms_norm", &add_rms_norm_autograd);
-  m.impl("cross_entropy", &cross_entropy_autograd);
-  m.impl("softmax", &softmax_autograd);
-  m.impl("causal_softmax", &causal_softmax_autograd);
+  m.impl("sum", &Autograd<SumMeanFunction<false>>::kernel);
+  m.impl("mean", &Autograd<SumMeanFunction<true>>::kernel);
+  m.impl("prod", &Autograd<ProdFunction>::kernel);
+  m.impl("amax", &Autograd<ExtremumFunction<true>>::kernel);
+  m.impl("amin", &Autograd<ExtremumFunction<false>>::kernel);
+  m.impl("layer_norm", &Autograd<LayerNormFunction>::kernel);
+  m.impl("rms_norm", &Autograd<RmsNormFunction>::kernel);
+  m.impl("add_layer_norm", &Autograd<AddLayerNormFunction>::kernel);
+  m.impl("add_rms_norm", &Autograd<AddRmsNormFunction>::kernel);
+  m.impl("cross_entropy", &Autograd<CrossEntropyFunction>::kernel);
+  m.impl("softmax", &Autograd<SoftmaxFunction>::kernel);
+  m.impl("causal_softmax", &Autograd<CausalSoftmaxFunction>::kernel);
   register_statistics_autograd(m);
 }
 

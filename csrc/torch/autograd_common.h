@@ -10,21 +10,6 @@
 
 namespace fastreduce {
 
-inline bool wants_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
-inline bool wants_grad(const std::optional<at::Tensor>& t) { return t.has_value() && wants_grad(*t); }
-
-inline bool has_forward_grad(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
-inline bool has_forward_grad(const std::optional<at::Tensor>& t) { return t.has_value() && has_forward_grad(*t); }
-
-// Whether the call records a backward node. Dual tensors (forward-mode AD)
-// are refused rather than their tangents dropped.
-template <typename... Tensors>
-inline bool any_wants_grad(const Tensors&... tensors) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(tensors) || ...),
-                              "fastreduce: forward-mode AD (dual tensors, torch.func.jvp) is not supported");
-  return at::GradMode::is_enabled() && (wants_grad(tensors) || ...);
-}
-
 inline at::Tensor or_undefined(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
 inline std::optional<at::Tensor> or_none(const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; }
 
@@ -54,19 +39,12 @@ inline at::Tensor unsqueeze_reduced(NodeContext* ctx, at::Tensor grad) {
   return grad;
 }
 
-// The forward of a reduction F over (self, dim, keepdim) whose backward
-// needs the input and the result (amax/amin, logsumexp).
-template <typename F>
-at::Tensor forward_saving_input_and_result(NodeContext* ctx, const at::Tensor& self, at::IntArrayRef dim,
-                                           bool keepdim) {
-  at::Tensor result;
-  {
-    at::AutoDispatchBelowADInplaceOrView below;
-    result = F::op_call(self, dim, keepdim);
-  }
+// What the backward of a reduction over (self, dim, keepdim) needs when it
+// takes the input and the result (amax/amin, logsumexp).
+inline void save_input_and_result(NodeContext* ctx, const at::Tensor& result, const at::Tensor& self,
+                                  at::IntArrayRef dim, bool keepdim) {
   save_dims(ctx, self, dim, keepdim);
   ctx->save_for_backward({self, result});
-  return result;
 }
 
 // Autograd of var/std/var_mean/std_mean, logsumexp, norm and aminmax

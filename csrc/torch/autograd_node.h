@@ -5,12 +5,16 @@
 // metadata, checks views and dirty inputs and wraps every output: 2-3 µs
 // more per call than aten on the CPU machine (NOTES.md, issue 9).
 //
-// An op keeps Function's shape: a struct F with
-//   static constexpr const char* kName;            // the grad_fn's name
-//   static Outputs forward(NodeContext*, args...);  // Tensor or variable_list
+// A differentiable op is a struct F, the content of an entry of torch's
+// derivatives.yaml:
+//   static constexpr const char* kName;             // the grad_fn's name
+//   static R op_call(args...);                      // the op below autograd; R is
+//                                                   // Tensor or std::tuple<Tensor...>
+//   static void save(NodeContext*, const R& outputs, args...);   // what the backward needs
 //   static variable_list backward(NodeContext*, variable_list grads);
-// where backward returns one gradient per forward argument (undefined for
-// the non-tensor ones), and is called through OpFunction<F>::apply(args...).
+// where backward returns one gradient per argument (undefined for the
+// non-tensor ones). Autograd<F>::kernel, with op_call's signature, is the
+// op's Autograd-key kernel.
 #pragma once
 
 #include <torch/autograd.h>
@@ -165,6 +169,43 @@ struct OpNode final : Node {
   }
 };
 
+// Whether a call records a backward node. Dual tensors (forward-mode AD) are
+// refused rather than their tangents dropped.
+inline bool wants_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
+inline bool wants_grad(const std::optional<at::Tensor>& t) { return t.has_value() && wants_grad(*t); }
+template <typename T>
+bool wants_grad(const T&) {
+  return false;
+}
+inline bool has_forward_grad(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+inline bool has_forward_grad(const std::optional<at::Tensor>& t) { return t.has_value() && has_forward_grad(*t); }
+template <typename T>
+bool has_forward_grad(const T&) {
+  return false;
+}
+template <typename... Args>
+bool any_wants_grad(const Args&... args) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(args) || ...),
+                              "fastreduce: forward-mode AD (dual tensors, torch.func.jvp) is not supported");
+  return at::GradMode::is_enabled() && (wants_grad(args) || ...);
+}
+
+// An op's outputs as a list (for the graph) and back.
+inline std::vector<at::Tensor> output_list(const at::Tensor& out) { return {out}; }
+template <typename... T>
+std::vector<at::Tensor> output_list(const std::tuple<T...>& outs) {
+  return std::apply([](const auto&... t) { return std::vector<at::Tensor>{t...}; }, outs);
+}
+template <typename R>
+R from_output_list(const std::vector<at::Tensor>& outs) {
+  if constexpr (std::is_same_v<R, at::Tensor>) {
+    return outs[0];
+  } else {
+    return [&]<size_t... I>(std::index_sequence<I...>) { return R(outs[I]...); }(
+        std::make_index_sequence<std::tuple_size_v<R>>());
+  }
+}
+
 template <typename F>
 struct OpFunction {
   template <typename... Args>
@@ -181,11 +222,30 @@ struct OpFunction {
     ((node->tensor_arguments |= uint64_t{is_tensor_argument(args)} << i++), ...);
 
     auto outputs = [&] {
-      at::AutoGradMode no_grad(false);
-      return F::forward(&node->ctx, std::forward<Args>(args)...);
+      at::AutoDispatchBelowADInplaceOrView below;
+      return F::op_call(args...);
     }();
-    node->ctx.wrap_outputs(handle, outputs);
+    {
+      at::AutoGradMode no_grad(false);
+      F::save(&node->ctx, outputs, args...);
+    }
+    node->ctx.wrap_outputs(handle, output_list(outputs));
     return outputs;
+  }
+};
+
+// The Autograd-key kernel of F: straight to the op below autograd when no
+// input wants a gradient, else through a backward node.
+template <typename F, typename Signature = decltype(&F::op_call)>
+struct Autograd;
+template <typename F, typename R, typename... Args>
+struct Autograd<F, R (*)(Args...)> {
+  static R kernel(Args... args) {
+    if (!any_wants_grad(args...)) {
+      at::AutoDispatchBelowADInplaceOrView below;
+      return F::op_call(args...);
+    }
+    return OpFunction<F>::apply(args...);
   }
 };
 

@@ -20,30 +20,27 @@ c10::SymInt reduced_count(NodeContext* ctx, const at::Tensor& self) {
 // std's chain rule divides by 2 std (0 where std is 0, as torch); the mean's
 // gradient spreads 1/N over its elements.
 template <bool kRoot, bool kWithMean>
-struct MomentsFunction : OpFunction<MomentsFunction<kRoot, kWithMean>> {
+struct MomentsFunction {
+  using Outputs = std::conditional_t<kWithMean, std::tuple<at::Tensor, at::Tensor>, at::Tensor>;
   static constexpr const char* kName = kWithMean ? (kRoot ? "fastreduce::StdMeanBackward" : "fastreduce::VarMeanBackward")
                                              : (kRoot ? "fastreduce::StdBackward" : "fastreduce::VarBackward");
-  static variable_list op_call(const at::Tensor& self, at::OptionalIntArrayRef dim,
-                               const std::optional<at::Scalar>& correction, bool keepdim) {
+  static Outputs op_call(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                         const std::optional<at::Scalar>& correction, bool keepdim) {
     if constexpr (kWithMean) {
-      auto [spread, mean] = kRoot ? call_stddev_mean(self, dim, correction, keepdim)
-                                  : call_var_mean(self, dim, correction, keepdim);
-      return {spread, mean};
+      return kRoot ? call_stddev_mean(self, dim, correction, keepdim) : call_var_mean(self, dim, correction, keepdim);
     } else {
-      return {kRoot ? call_stddev(self, dim, correction, keepdim) : call_var(self, dim, correction, keepdim)};
+      return kRoot ? call_stddev(self, dim, correction, keepdim) : call_var(self, dim, correction, keepdim);
     }
   }
-  static variable_list forward(NodeContext* ctx, const at::Tensor& self, at::OptionalIntArrayRef dim,
-                               const std::optional<at::Scalar>& correction, bool keepdim) {
-    variable_list outputs;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      outputs = op_call(self, dim, correction, keepdim);
-    }
+  static void save(NodeContext* ctx, const Outputs& outputs, const at::Tensor& self, at::OptionalIntArrayRef dim,
+                   const std::optional<at::Scalar>& correction, bool keepdim) {
     save_dims(ctx, self, dim, keepdim);
     ctx->saved_data["correction"] = correction.has_value() ? correction->toDouble() : 1.0;
-    ctx->save_for_backward({self, outputs[0]});
-    return outputs;
+    if constexpr (kWithMean) {
+      ctx->save_for_backward({self, std::get<0>(outputs)});
+    } else {
+      ctx->save_for_backward({self, outputs});
+    }
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -69,43 +66,20 @@ struct MomentsFunction : OpFunction<MomentsFunction<kRoot, kWithMean>> {
   }
 };
 
-template <bool kRoot, bool kWithMean>
-auto moments_autograd(const at::Tensor& self, at::OptionalIntArrayRef dim,
-                      const std::optional<at::Scalar>& correction, bool keepdim) {
-  using F = MomentsFunction<kRoot, kWithMean>;
-  variable_list outputs;
-  if (!any_wants_grad(self)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    outputs = F::op_call(self, dim, correction, keepdim);
-  } else {
-    outputs = F::apply(self, dim, correction, keepdim);
-  }
-  if constexpr (kWithMean) return std::tuple<at::Tensor, at::Tensor>(outputs[0], outputs[1]);
-  else return outputs[0];
-}
 
 // d logsumexp / dx = exp(x - logsumexp).
-struct LogSumExpFunction : OpFunction<LogSumExpFunction> {
+struct LogSumExpFunction {
   static constexpr const char* kName = "fastreduce::LogsumexpBackward";
   static at::Tensor op_call(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
     return call_logsumexp(self, dim, keepdim);
   }
-  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
-    return forward_saving_input_and_result<LogSumExpFunction>(ctx, self, dim, keepdim);
-  }
+  static constexpr auto save = save_input_and_result;
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     return {unsqueeze_reduced(ctx, grads[0]) * (saved[0] - unsqueeze_reduced(ctx, saved[1])).exp(), {}, {}};
   }
 };
 
-at::Tensor logsumexp_autograd(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
-  if (!any_wants_grad(self)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return LogSumExpFunction::op_call(self, dim, keepdim);
-  }
-  return LogSumExpFunction::apply(self, dim, keepdim);
-}
 
 // torch's linalg_vector_norm_backward, order by order; computed in the
 // norm's dtype, returned in the input's.
@@ -128,23 +102,17 @@ at::Tensor norm_backward(const at::Tensor& grad, const at::Tensor& self, const a
   return (x * x.abs().pow(ord - 2) * scale).to(self.scalar_type());
 }
 
-struct NormFunction : OpFunction<NormFunction> {
+struct NormFunction {
   static constexpr const char* kName = "fastreduce::NormBackward";
   static at::Tensor op_call(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
                             std::optional<at::ScalarType> dtype) {
     return call_norm(self, ord, dim, keepdim, dtype);
   }
-  static at::Tensor forward(NodeContext* ctx, const at::Tensor& self, const at::Scalar& ord,
-                            at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
-    at::Tensor result;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      result = op_call(self, ord, dim, keepdim, dtype);
-    }
+  static void save(NodeContext* ctx, const at::Tensor& result, const at::Tensor& self, const at::Scalar& ord,
+                   at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType>) {
     save_dims(ctx, self, dim, keepdim);
     ctx->saved_data["ord"] = ord.toDouble();
     ctx->save_for_backward({self, result});
-    return result;
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -154,34 +122,20 @@ struct NormFunction : OpFunction<NormFunction> {
   }
 };
 
-at::Tensor norm_autograd(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
-                         std::optional<at::ScalarType> dtype) {
-  if (!any_wants_grad(self)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    return NormFunction::op_call(self, ord, dim, keepdim, dtype);
-  }
-  return NormFunction::apply(self, ord, dim, keepdim, dtype);
-}
 
 // aminmax: each extreme's gradient shared evenly among its ties, as amin
 // and amax.
-struct AminmaxFunction : OpFunction<AminmaxFunction> {
+struct AminmaxFunction {
+  using Outputs = std::tuple<at::Tensor, at::Tensor>;
   static constexpr const char* kName = "fastreduce::AminmaxBackward";
-  static variable_list op_call(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
-    auto [min, max] = call_aminmax(self, dim, keepdim);
-    return {min, max};
+  static Outputs op_call(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+    return call_aminmax(self, dim, keepdim);
   }
-  static variable_list forward(NodeContext* ctx, const at::Tensor& self, std::optional<int64_t> dim,
-                               bool keepdim) {
-    variable_list outputs;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      outputs = op_call(self, dim, keepdim);
-    }
+  static void save(NodeContext* ctx, const Outputs& outputs, const at::Tensor& self, std::optional<int64_t> dim,
+                   bool keepdim) {
     if (dim.has_value()) save_dims(ctx, self, at::IntArrayRef(*dim), keepdim);
     else save_dims(ctx, self, std::nullopt, keepdim);
-    ctx->save_for_backward({self, outputs[0], outputs[1]});
-    return outputs;
+    ctx->save_for_backward({self, std::get<0>(outputs), std::get<1>(outputs)});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -197,28 +151,17 @@ struct AminmaxFunction : OpFunction<AminmaxFunction> {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> aminmax_autograd(const at::Tensor& self, std::optional<int64_t> dim,
-                                                    bool keepdim) {
-  variable_list outputs;
-  if (!any_wants_grad(self)) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    outputs = AminmaxFunction::op_call(self, dim, keepdim);
-  } else {
-    outputs = AminmaxFunction::apply(self, dim, keepdim);
-  }
-  return {outputs[0], outputs[1]};
-}
 
 }  // namespace
 
 void register_statistics_autograd(torch::Library& m) {
-  m.impl("var", &moments_autograd<false, false>);
-  m.impl("std", &moments_autograd<true, false>);
-  m.impl("var_mean", &moments_autograd<false, true>);
-  m.impl("std_mean", &moments_autograd<true, true>);
-  m.impl("logsumexp", &logsumexp_autograd);
-  m.impl("norm", &norm_autograd);
-  m.impl("aminmax", &aminmax_autograd);
+  m.impl("var", &Autograd<MomentsFunction<false, false>>::kernel);
+  m.impl("std", &Autograd<MomentsFunction<true, false>>::kernel);
+  m.impl("var_mean", &Autograd<MomentsFunction<false, true>>::kernel);
+  m.impl("std_mean", &Autograd<MomentsFunction<true, true>>::kernel);
+  m.impl("logsumexp", &Autograd<LogSumExpFunction>::kernel);
+  m.impl("norm", &Autograd<NormFunction>::kernel);
+  m.impl("aminmax", &Autograd<AminmaxFunction>::kernel);
 }
 
 }  // namespace fastreduce
