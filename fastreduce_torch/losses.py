@@ -61,3 +61,78 @@ def _cross_entropy_fake(input, target, reduction="mean", ignore_index=-100, labe
 def _cross_entropy_backward_fake(grad_loss, grad_lse, input, target, lse, reduction, ignore_index, label_smoothing):
     _check("cross_entropy_backward", input, target, reduction)
     return input.new_empty(input.shape)
+
+
+_fused_linear_cross_entropy = torch.ops.fastreduce.fused_linear_cross_entropy.default
+
+
+def fused_linear_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    bias: Tensor | None = None,
+    *,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    softcap: float | None = None,
+) -> Tensor:
+    """``F.cross_entropy(hidden @ weight.T + bias, target)`` without ever holding
+    the (tokens, vocab) logits: rows go through in chunks, each chunk's logits
+    made by matmul, its loss and (when a gradient is wanted) its logit gradient
+    computed, then dropped. ``hidden`` is ``(..., H)`` and ``target`` the matching
+    ``(...)`` class indices. ``softcap`` caps the logits as
+    ``softcap * tanh(logits / softcap)`` first (Gemma 2). The loss is in float32
+    (float64 for float64 input), as the upcast logits of transformers' loss give."""
+    hidden2d = hidden.reshape(-1, hidden.shape[-1])
+    loss, _ = _fused_linear_cross_entropy(hidden2d, weight, target.reshape(-1), bias, reduction, ignore_index,
+                                          label_smoothing, softcap)
+    return loss.view(target.shape) if reduction == "none" else loss
+
+
+def _check_linear(name: str, hidden: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None,
+                  reduction: str) -> None:
+    torch._check(hidden.dtype in FLOATING, lambda: f"{name}: unsupported dtype {hidden.dtype} for argument 'hidden'")
+    torch._check(hidden.dim() == 2, lambda: f"{name}: argument 'hidden' must be (N, H), got {list(hidden.shape)}")
+    torch._check(weight.dim() == 2 and weight.shape[1] == hidden.shape[1],
+                 lambda: f"{name}: argument 'weight' must be (V, {hidden.shape[1]}), got {list(weight.shape)}")
+    torch._check(weight.dtype == hidden.dtype, lambda: f"{name}: argument 'weight' is {weight.dtype}, 'hidden' {hidden.dtype}")
+    torch._check(target.dtype == torch.int64, lambda: f"{name}: argument 'target' must hold int64 class indices")
+    torch._check(target.dim() == 1 and target.shape[0] == hidden.shape[0],
+                 lambda: f"{name}: argument 'target' must have shape ({hidden.shape[0]},), got {list(target.shape)}")
+    torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == weight.shape[0]),
+                 lambda: f"{name}: argument 'bias' must have shape ({weight.shape[0]},)")
+    torch._check(reduction in _REDUCTIONS, lambda: f"{name}: argument 'reduction' is '{reduction}'")
+
+
+def _linear_outputs(hidden: Tensor, reduction: str) -> tuple[Tensor, Tensor]:
+    acc = _lse_dtype(hidden)
+    loss = hidden.new_empty((hidden.shape[0],) if reduction == "none" else (), dtype=acc)
+    return loss, hidden.new_empty((hidden.shape[0],), dtype=acc)
+
+
+@torch.library.register_fake("fastreduce::fused_linear_cross_entropy")
+def _fused_linear_cross_entropy_fake(hidden, weight, target, bias=None, reduction="mean", ignore_index=-100,
+                                     label_smoothing=0.0, softcap=None):
+    _check_linear("fused_linear_cross_entropy", hidden, weight, target, bias, reduction)
+    return _linear_outputs(hidden, reduction)
+
+
+@torch.library.register_fake("fastreduce::_fused_linear_cross_entropy_with_grads")
+def _fused_linear_cross_entropy_with_grads_fake(hidden, weight, target, bias, reduction, ignore_index,
+                                                label_smoothing, softcap):
+    _check_linear("fused_linear_cross_entropy", hidden, weight, target, bias, reduction)
+    torch._check(reduction != "none", lambda: "fused_linear_cross_entropy: gradients in the forward need 'mean' or 'sum'")
+    loss, lse = _linear_outputs(hidden, reduction)
+    grad_bias = weight.new_empty((weight.shape[0],) if bias is not None else (0,))
+    return loss, lse, torch.empty_like(hidden, memory_format=torch.contiguous_format), \
+        torch.empty_like(weight, memory_format=torch.contiguous_format), grad_bias
+
+
+@torch.library.register_fake("fastreduce::fused_linear_cross_entropy_backward")
+def _fused_linear_cross_entropy_backward_fake(grad_loss, hidden, weight, target, bias, lse, reduction, ignore_index,
+                                              label_smoothing, softcap):
+    _check_linear("fused_linear_cross_entropy_backward", hidden, weight, target, bias, reduction)
+    grad_bias = weight.new_empty((weight.shape[0],) if bias is not None else (0,))
+    return torch.empty_like(hidden, memory_format=torch.contiguous_format), \
+        torch.empty_like(weight, memory_format=torch.contiguous_format), grad_bias

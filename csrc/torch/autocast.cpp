@@ -12,6 +12,8 @@
 //         fall through (not listed by aten).
 //   CPU:  prod and cross_entropy run in float32 (fp32); the rest fall
 //         through, as aten's do.
+//   Both: fused_linear_cross_entropy's matmuls run in the autocast dtype, as
+//         F.linear's (lower_precision_fp).
 // Ops with no kernel here fall through to the next key.
 #include <ATen/autocast_mode.h>
 
@@ -121,6 +123,20 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_autocast(const at::Tensor& inpu
 
 }  // namespace
 
+// As F.linear (lower_precision_fp): the matmuls run in the autocast dtype;
+// the loss is computed in float32 inside the op.
+template <DeviceType Device>
+std::tuple<at::Tensor, at::Tensor> fused_linear_cross_entropy_autocast(
+    const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target, const std::optional<at::Tensor>& bias,
+    c10::string_view reduction, int64_t ignore_index, double label_smoothing, std::optional<double> softcap) {
+  AutocastOff<Device> off;
+  const auto low = at::autocast::get_lower_precision_fp_from_device_type(Device);
+  return call_fused_linear_cross_entropy(at::autocast::cached_cast(low, hidden, Device),
+                                         at::autocast::cached_cast(low, weight, Device), target,
+                                         at::autocast::cached_cast(low, bias, Device), reduction, ignore_index,
+                                         label_smoothing, softcap);
+}
+
 void register_autocast_cuda(torch::Library& m) {
   constexpr auto cuda = DeviceType::CUDA;
   m.impl("sum", &sum_autocast<cuda>);
@@ -132,12 +148,14 @@ void register_autocast_cuda(torch::Library& m) {
   m.impl("layer_norm", &layer_norm_autocast<cuda>);
   m.impl("add_layer_norm", &add_layer_norm_autocast<cuda>);
   m.impl("cross_entropy", &cross_entropy_autocast<cuda>);
+  m.impl("fused_linear_cross_entropy", &fused_linear_cross_entropy_autocast<cuda>);
 }
 
 void register_autocast_cpu(torch::Library& m) {
   constexpr auto cpu = DeviceType::CPU;
   m.impl("prod", &prod_fp32_autocast<cpu>);
   m.impl("cross_entropy", &cross_entropy_autocast<cpu>);
+  m.impl("fused_linear_cross_entropy", &fused_linear_cross_entropy_autocast<cpu>);
 }
 
 }  // namespace fastreduce

@@ -254,6 +254,80 @@ struct CausalSoftmaxFunction {
   }
 };
 
+// fused_linear_cross_entropy with reduction mean or sum: the forward already
+// computed the gradients of the summed row losses; the backward scales them
+// by the loss gradient (and 1 / kept rows for mean). lse has no gradient here.
+struct FusedLinearCrossEntropyFunction {
+  using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+  static constexpr const char* kName = "fastreduce::FusedLinearCrossEntropyBackward";
+  static Outputs op_call(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target,
+                         const std::optional<at::Tensor>& bias, c10::string_view reduction, int64_t ignore_index,
+                         double label_smoothing, std::optional<double> softcap) {
+    return call_fused_linear_cross_entropy_with_grads(hidden, weight, target, bias, reduction, ignore_index,
+                                                      label_smoothing, softcap);
+  }
+  static void save(NodeContext* ctx, const Outputs& out, const at::Tensor&, const at::Tensor&,
+                   const at::Tensor& target, const std::optional<at::Tensor>&, c10::string_view reduction,
+                   int64_t ignore_index, double, std::optional<double>) {
+    const auto& [loss, lse, grad_hidden, grad_weight, grad_bias] = out;
+    at::Tensor scale = reduction == "mean" ? (target != ignore_index).sum().to(lse.scalar_type()).reciprocal()
+                                           : at::ones({}, lse.options());
+    ctx->save_for_backward({grad_hidden, grad_weight, grad_bias, scale});
+    ctx->mark_non_differentiable({lse, grad_hidden, grad_weight, grad_bias});
+  }
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor scale = grads[0] * saved[3];
+    const at::Tensor& grad_bias = saved[2];
+    return {saved[0] * scale.to(saved[0].scalar_type()), saved[1] * scale.to(saved[1].scalar_type()), {},
+            grad_bias.numel() ? grad_bias * scale.to(grad_bias.scalar_type()) : at::Tensor(), {}, {}, {}, {}};
+  }
+};
+
+// Reduction none: each row's gradient differs, so the backward recomputes
+// the chunks' logits.
+struct FusedLinearCrossEntropyRowsFunction {
+  static constexpr const char* kName = "fastreduce::FusedLinearCrossEntropyBackward";
+  static Tensors2 op_call(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target,
+                          const std::optional<at::Tensor>& bias, c10::string_view reduction, int64_t ignore_index,
+                          double label_smoothing, std::optional<double> softcap) {
+    return call_fused_linear_cross_entropy(hidden, weight, target, bias, reduction, ignore_index, label_smoothing,
+                                           softcap);
+  }
+  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& hidden, const at::Tensor& weight,
+                   const at::Tensor& target, const std::optional<at::Tensor>& bias, c10::string_view reduction,
+                   int64_t ignore_index, double label_smoothing, std::optional<double> softcap) {
+    ctx->saved_data["reduction"] = std::string(reduction);
+    ctx->saved_data["ignore_index"] = ignore_index;
+    ctx->saved_data["label_smoothing"] = label_smoothing;
+    ctx->saved_data["softcap"] = softcap.has_value() ? c10::IValue(*softcap) : c10::IValue();
+    ctx->save_for_backward({hidden, weight, target, or_undefined(bias), std::get<1>(out)});
+    ctx->mark_non_differentiable({std::get<1>(out)});
+  }
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& softcap = ctx->saved_data["softcap"];
+    auto [grad_hidden, grad_weight, grad_bias] = call_fused_linear_cross_entropy_backward(
+        grads[0], saved[0], saved[1], saved[2], or_none(saved[3]), saved[4],
+        ctx->saved_data["reduction"].toStringRef(), ctx->saved_data["ignore_index"].toInt(),
+        ctx->saved_data["label_smoothing"].toDouble(),
+        softcap.isNone() ? std::nullopt : std::optional<double>(softcap.toDouble()));
+    return {grad_hidden, grad_weight, {}, saved[3].defined() ? grad_bias : at::Tensor(), {}, {}, {}, {}};
+  }
+};
+
+Tensors2 fused_linear_cross_entropy_autograd(const at::Tensor& hidden, const at::Tensor& weight,
+                                             const at::Tensor& target, const std::optional<at::Tensor>& bias,
+                                             c10::string_view reduction, int64_t ignore_index, double label_smoothing,
+                                             std::optional<double> softcap) {
+  if (reduction == "none" || !any_wants_grad(hidden, weight, bias))
+    return Autograd<FusedLinearCrossEntropyRowsFunction>::kernel(hidden, weight, target, bias, reduction,
+                                                                 ignore_index, label_smoothing, softcap);
+  const auto out = OpFunction<FusedLinearCrossEntropyFunction>::apply(hidden, weight, target, bias, reduction,
+                                                                      ignore_index, label_smoothing, softcap);
+  return {std::get<0>(out), std::get<1>(out)};
+}
+
 }  // namespace
 
 void register_autograd(torch::Library& m) {
@@ -269,6 +343,7 @@ void register_autograd(torch::Library& m) {
   m.impl("cross_entropy", &Autograd<CrossEntropyFunction>::kernel);
   m.impl("softmax", &Autograd<SoftmaxFunction>::kernel);
   m.impl("causal_softmax", &Autograd<CausalSoftmaxFunction>::kernel);
+  m.impl("fused_linear_cross_entropy", &fused_linear_cross_entropy_autograd);
   register_statistics_autograd(m);
 }
 

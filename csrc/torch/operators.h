@@ -50,6 +50,18 @@
   X(cross_entropy_backward, "cross_entropy_backward",                                                              \
     "cross_entropy_backward(Tensor grad_loss, Tensor? grad_lse, Tensor input, Tensor target, Tensor lse, "         \
     "str reduction, int ignore_index, float label_smoothing) -> Tensor")                                           \
+  X(fused_linear_cross_entropy, "fused_linear_cross_entropy",                                                      \
+    "fused_linear_cross_entropy(Tensor hidden, Tensor weight, Tensor target, Tensor? bias=None, "                  \
+    "str reduction=\"mean\", int ignore_index=-100, float label_smoothing=0.0, float? softcap=None) "              \
+    "-> (Tensor loss, Tensor lse)")                                                                                \
+  X(fused_linear_cross_entropy_with_grads, "_fused_linear_cross_entropy_with_grads",                                \
+    "_fused_linear_cross_entropy_with_grads(Tensor hidden, Tensor weight, Tensor target, Tensor? bias, "           \
+    "str reduction, int ignore_index, float label_smoothing, float? softcap) "                                     \
+    "-> (Tensor loss, Tensor lse, Tensor grad_hidden, Tensor grad_weight, Tensor grad_bias)")                      \
+  X(fused_linear_cross_entropy_backward, "fused_linear_cross_entropy_backward",                                    \
+    "fused_linear_cross_entropy_backward(Tensor grad_loss, Tensor hidden, Tensor weight, Tensor target, "          \
+    "Tensor? bias, Tensor lse, str reduction, int ignore_index, float label_smoothing, float? softcap) "           \
+    "-> (Tensor grad_hidden, Tensor grad_weight, Tensor grad_bias)")                                               \
   X(row_moments, "_row_moments", "_row_moments(Tensor input) -> (Tensor mean, Tensor var)")                        \
   X(normalize_rows, "_normalize_rows",                                                                             \
     "_normalize_rows(Tensor input, Tensor? mean, Tensor rstd, Tensor? weight=None, Tensor? bias=None) -> Tensor")  \

@@ -70,6 +70,22 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& input, const 
 at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
                                   const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
                                   c10::string_view reduction, int64_t ignore_index, double label_smoothing);
+// The cross-entropy of hidden @ weight.T + bias by row chunks
+// (fused_linear_cross_entropy.cpp). _with_grads also returns the gradients
+// of the summed row losses (the autograd node scales them); the backward
+// recomputes each chunk's logits (reduction 'none').
+std::tuple<at::Tensor, at::Tensor> fused_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                                              const at::Tensor& target,
+                                                              const std::optional<at::Tensor>& bias,
+                                                              c10::string_view reduction, int64_t ignore_index,
+                                                              double label_smoothing, std::optional<double> softcap);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_linear_cross_entropy_with_grads(
+    const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target, const std::optional<at::Tensor>& bias,
+    c10::string_view reduction, int64_t ignore_index, double label_smoothing, std::optional<double> softcap);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_cross_entropy_backward(
+    const at::Tensor& grad_loss, const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target,
+    const std::optional<at::Tensor>& bias, const at::Tensor& lse, c10::string_view reduction, int64_t ignore_index,
+    double label_smoothing, std::optional<double> softcap);
 // The halves of a norm over rows split across ranks (split_norm.cpp).
 std::tuple<at::Tensor, at::Tensor> row_moments(const at::Tensor& input);
 at::Tensor normalize_rows(const at::Tensor& input, const std::optional<at::Tensor>& mean, const at::Tensor& rstd,

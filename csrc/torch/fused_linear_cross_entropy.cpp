@@ -1,0 +1,177 @@
+// fused_linear_cross_entropy: the cross-entropy of hidden @ weight.T + bias
+// without the (tokens, vocab) logits. Rows go through in chunks whose logits
+// fit a fixed budget: each chunk's logits come from ATen's matmul (cuBLAS on
+// CUDA), the loss from the chunk's log-sum-exp (fastreduce's cross_entropy),
+// and, when gradients are wanted, the chunk's logit gradient (fastreduce's
+// cross_entropy_backward) goes straight into grad_hidden and grad_weight by
+// matmul. Device-generic: every step is a dispatcher op. Without a bias the
+// bias gradient is an empty tensor (schemas return no optional tensors).
+#include "common.h"
+#include "dispatch.h"
+
+namespace fastreduce {
+namespace {
+
+constexpr const char* kOp = "fused_linear_cross_entropy";
+// Logits bytes per chunk: big enough for efficient matmuls, small beside the
+// model (1/32 of the float32 logits at 8192 tokens x 128256 classes).
+constexpr int64_t kChunkBytes = int64_t{1} << 27;
+
+struct Problem {
+  int64_t rows, hidden, classes, chunk;
+  bool sum;  // reduction sum (mean divides by the kept rows; none keeps each row)
+  bool none;
+};
+
+Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target,
+              const std::optional<at::Tensor>& bias, c10::string_view reduction, double label_smoothing,
+              std::optional<double> softcap) {
+  const auto type = hidden.scalar_type();
+  TORCH_CHECK(type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16, kOp,
+              ": unsupported dtype ", to_text(type), " for argument 'hidden'; expected a floating dtype");
+  TORCH_CHECK(hidden.dim() == 2, kOp, ": argument 'hidden' must be (N, H), got shape ", to_text(hidden.sizes()));
+  TORCH_CHECK(weight.dim() == 2 && weight.size(1) == hidden.size(1), kOp,
+              ": argument 'weight' must be (V, H) with H = ", to_text(hidden.size(1)), ", got shape ",
+              to_text(weight.sizes()));
+  TORCH_CHECK(weight.scalar_type() == type, kOp, ": argument 'weight' is ", to_text(weight.scalar_type()),
+              " but 'hidden' is ", to_text(type), " (as F.linear, both must match)");
+  TORCH_CHECK(target.scalar_type() == at::kLong, kOp, ": argument 'target' must hold int64 class indices, got ",
+              to_text(target.scalar_type()));
+  TORCH_CHECK(target.dim() == 1 && target.size(0) == hidden.size(0), kOp, ": argument 'target' must have shape (",
+              to_text(hidden.size(0)), ",), got ", to_text(target.sizes()));
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"weight", &weight}, {"target", &target}})
+    TORCH_CHECK(t->device() == hidden.device(), kOp, ": argument '", name, "' is on ", to_text(t->device()),
+                " but 'hidden' is on ", to_text(hidden.device()));
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), kOp, ": argument 'bias' must have shape (",
+                to_text(weight.size(0)), ",), got ", to_text(bias->sizes()));
+    TORCH_CHECK(bias->scalar_type() == type, kOp, ": argument 'bias' is ", to_text(bias->scalar_type()),
+                " but 'hidden' is ", to_text(type));
+    TORCH_CHECK(bias->device() == hidden.device(), kOp, ": argument 'bias' is on ", to_text(bias->device()),
+                " but 'hidden' is on ", to_text(hidden.device()));
+  }
+  TORCH_CHECK(reduction == "none" || reduction == "mean" || reduction == "sum", kOp, ": argument 'reduction' is '",
+              std::string(reduction), "'; expected 'none', 'mean' or 'sum'");
+  TORCH_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, kOp,
+              ": argument 'label_smoothing' must be in [0, 1]");
+  TORCH_CHECK(!softcap.has_value() || *softcap > 0.0, kOp, ": argument 'softcap' must be positive");
+  TORCH_CHECK(weight.size(0) > 0 || hidden.size(0) == 0, kOp, ": argument 'weight' has no classes");
+  const int64_t classes = std::max<int64_t>(weight.size(0), 1);
+  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (classes * hidden.element_size()), 1,
+                                            std::max<int64_t>(hidden.size(0), 1));
+  return {hidden.size(0), hidden.size(1), weight.size(0), chunk, reduction == "sum", reduction == "none"};
+}
+
+at::ScalarType acc_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+// The chunk's logits, soft-capped as Gemma 2 does (in the logits' dtype).
+at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                        std::optional<double> softcap) {
+  at::Tensor logits = bias.has_value() && bias->defined() ? at::addmm(*bias, h, weight.t()) : at::mm(h, weight.t());
+  if (softcap.has_value()) logits = at::tanh(logits / *softcap).mul_(*softcap);
+  return logits;
+}
+
+// Each row's loss in the accumulator type, from its log-sum-exp:
+// (1 - eps) (lse - z_target) + eps (lse - mean z), 0 on ignored rows.
+at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& lse,
+                      int64_t ignore_index, double label_smoothing) {
+  const at::Tensor kept = target != ignore_index;
+  const at::Tensor index = at::where(kept, target, at::zeros({}, target.options())).unsqueeze(1);
+  at::Tensor loss = (lse - logits.gather(1, index).squeeze(1).to(lse.scalar_type())) * (1.0 - label_smoothing);
+  if (label_smoothing > 0.0) loss += (lse - call_mean(logits, at::IntArrayRef{1}, false, lse.scalar_type())) * label_smoothing;
+  return at::where(kept, loss, at::zeros({}, loss.options()));
+}
+
+at::Tensor reduce_loss(const at::Tensor& rows, const at::Tensor& target, const Problem& p, int64_t ignore_index) {
+  if (p.none) return rows;
+  const at::Tensor total = rows.sum();
+  if (p.sum) return total;
+  return total / (target != ignore_index).sum().to(rows.scalar_type());
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> backend::fused_linear_cross_entropy(
+    const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target, const std::optional<at::Tensor>& bias,
+    c10::string_view reduction, int64_t ignore_index, double label_smoothing, std::optional<double> softcap) {
+  const Problem p = check(hidden, weight, target, bias, reduction, label_smoothing, softcap);
+  at::Tensor lse = at::empty({p.rows}, hidden.options().dtype(acc_type(hidden)));
+  at::Tensor losses = at::empty({p.rows}, lse.options());
+  for (int64_t start = 0; start < p.rows; start += p.chunk) {
+    const int64_t n = std::min(p.chunk, p.rows - start);
+    const at::Tensor logits = chunk_logits(hidden.narrow(0, start, n), weight, bias, softcap);
+    const at::Tensor t = target.narrow(0, start, n);
+    const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
+    lse.narrow(0, start, n).copy_(chunk_lse);
+    losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
+  }
+  return {reduce_loss(losses, target, p, ignore_index), lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::fused_linear_cross_entropy_with_grads(
+    const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target, const std::optional<at::Tensor>& bias,
+    c10::string_view reduction, int64_t ignore_index, double label_smoothing, std::optional<double> softcap) {
+  const Problem p = check(hidden, weight, target, bias, reduction, label_smoothing, softcap);
+  TORCH_CHECK(!p.none, kOp, ": gradients in the forward need reduction 'mean' or 'sum'");
+  const bool has_bias = bias.has_value() && bias->defined();
+  at::Tensor lse = at::empty({p.rows}, hidden.options().dtype(acc_type(hidden)));
+  at::Tensor losses = at::empty({p.rows}, lse.options());
+  at::Tensor grad_hidden = at::empty_like(hidden, at::MemoryFormat::Contiguous);
+  at::Tensor grad_weight = at::zeros_like(weight, at::MemoryFormat::Contiguous);
+  at::Tensor grad_bias = has_bias ? at::zeros({p.classes}, lse.options()) : at::Tensor();
+  for (int64_t start = 0; start < p.rows; start += p.chunk) {
+    const int64_t n = std::min(p.chunk, p.rows - start);
+    const at::Tensor h = hidden.narrow(0, start, n);
+    const at::Tensor logits = chunk_logits(h, weight, bias, softcap);
+    const at::Tensor t = target.narrow(0, start, n);
+    const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
+    lse.narrow(0, start, n).copy_(chunk_lse);
+    losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
+    // The gradient of the chunk's summed loss; the backward scales it.
+    at::Tensor grad = call_cross_entropy_backward(at::ones({n}, logits.options()), std::nullopt, logits, t, chunk_lse,
+                                                  "none", ignore_index, label_smoothing);
+    if (softcap.has_value()) grad.mul_(1.0 - (logits / *softcap).square());  // d softcap tanh(z / softcap) / dz
+    at::Tensor rows_grad = grad_hidden.narrow(0, start, n);
+    at::mm_out(rows_grad, grad, weight);
+    grad_weight.addmm_(grad.t(), h);
+    if (has_bias) grad_bias += grad.sum(0, false, lse.scalar_type());
+  }
+  return {reduce_loss(losses, target, p, ignore_index), lse, grad_hidden, grad_weight,
+          has_bias ? grad_bias.to(weight.scalar_type()) : weight.new_empty({0})};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::fused_linear_cross_entropy_backward(
+    const at::Tensor& grad_loss, const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target,
+    const std::optional<at::Tensor>& bias, const at::Tensor& lse, c10::string_view reduction, int64_t ignore_index,
+    double label_smoothing, std::optional<double> softcap) {
+  const Problem p = check(hidden, weight, target, bias, reduction, label_smoothing, softcap);
+  TORCH_CHECK(grad_loss.numel() == (p.none ? p.rows : 1), kOp, "_backward: argument 'grad_loss' has ",
+              to_text(grad_loss.numel()), " elements, expected one per row for reduction 'none', else one");
+  TORCH_CHECK(lse.numel() == p.rows, kOp, "_backward: argument 'lse' needs one element per row");
+  const bool has_bias = bias.has_value() && bias->defined();
+  at::Tensor per_row = grad_loss.to(lse.scalar_type()).reshape({-1});
+  if (!p.none) {
+    if (!p.sum) per_row = per_row / (target != ignore_index).sum().to(per_row.scalar_type());
+    per_row = per_row.expand({p.rows});
+  }
+  at::Tensor grad_hidden = at::empty_like(hidden, at::MemoryFormat::Contiguous);
+  at::Tensor grad_weight = at::zeros_like(weight, at::MemoryFormat::Contiguous);
+  at::Tensor grad_bias = has_bias ? at::zeros({p.classes}, lse.options()) : at::Tensor();
+  for (int64_t start = 0; start < p.rows; start += p.chunk) {
+    const int64_t n = std::min(p.chunk, p.rows - start);
+    const at::Tensor h = hidden.narrow(0, start, n);
+    const at::Tensor logits = chunk_logits(h, weight, bias, softcap);
+    const at::Tensor t = target.narrow(0, start, n);
+    at::Tensor grad = call_cross_entropy_backward(per_row.narrow(0, start, n), std::nullopt, logits, t,
+                                                  lse.narrow(0, start, n), "none", ignore_index, label_smoothing);
+    if (softcap.has_value()) grad.mul_(1.0 - (logits / *softcap).square());
+    at::Tensor rows_grad = grad_hidden.narrow(0, start, n);
+    at::mm_out(rows_grad, grad, weight);
+    grad_weight.addmm_(grad.t(), h);
+    if (has_bias) grad_bias += grad.sum(0, false, lse.scalar_type());
+  }
+  return {grad_hidden, grad_weight, has_bias ? grad_bias.to(weight.scalar_type()) : weight.new_empty({0})};
+}
+
+}  // namespace fastreduce
