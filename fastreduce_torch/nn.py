@@ -32,14 +32,22 @@ class Softmax(torch.nn.Softmax):
 
 
 def patch(model: torch.nn.Module) -> int:
-    """Replaces every :class:`torch.nn.LayerNorm` and :class:`torch.nn.RMSNorm` in
-    ``model`` with :class:`fastreduce_torch.nn.LayerNorm` / :class:`RMSNorm`, in
-    place, keeping their parameters (the same tensors) and settings. Returns
-    how many were replaced."""
+    """Replaces, in place, every :class:`torch.nn.LayerNorm` and
+    :class:`torch.nn.RMSNorm` in ``model`` with fastreduce's, and every RMSNorm
+    of a Hugging Face transformers model with one computing the same thing on
+    fastreduce's kernels; on a transformers causal LM, the loss computed when
+    ``labels`` are given becomes :func:`fastreduce_torch.fused_linear_cross_entropy`
+    (no logits are made). Parameters, buffers and the state_dict stay the same
+    tensors. Returns how many normalisation layers were replaced."""
+    from . import hf
+
     swaps = {torch.nn.LayerNorm: LayerNorm, torch.nn.RMSNorm: RMSNorm}
     replaced = 0
     for module in model.modules():
         if type(module) in swaps:
             module.__class__ = swaps[type(module)]
             replaced += 1
+        elif hf.patch_norm(module):
+            replaced += 1
+    hf.patch_causal_lm(model)
     return replaced
