@@ -5,7 +5,7 @@
 PYTHON := $(shell python3 -c 'import torch' 2>/dev/null && echo python3 || echo .venv/bin/python)
 TORCH_VERSION ?= 2.14.1
 
-.PHONY: install test cpp-test gtest wheel bench clean
+.PHONY: install test test-deps cpp-test gtest wheel bench clean
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -14,7 +14,11 @@ TORCH_VERSION ?= 2.14.1
 install: $(if $(filter .venv/bin/python,$(PYTHON)),.venv/bin/python)
 	$(PYTHON) -m pip install -q --no-build-isolation --no-deps -e .
 
-test: install
+# transformers: the tests build tiny models of each supported architecture.
+test-deps: install
+	@$(PYTHON) -c 'import transformers' 2>/dev/null || $(PYTHON) -m pip install -q transformers
+
+test: install test-deps
 	$(PYTHON) -m pytest -q tests
 	$(MAKE) cpp-test
 

@@ -267,9 +267,10 @@ struct FusedLinearCrossEntropyFunction {
                                                       label_smoothing, softcap);
   }
   static void save(NodeContext* ctx, const Outputs& out, const at::Tensor&, const at::Tensor&,
-                   const at::Tensor& target, const std::optional<at::Tensor>&, c10::string_view reduction,
+                   const at::Tensor& target, const std::optional<at::Tensor>& bias, c10::string_view reduction,
                    int64_t ignore_index, double, std::optional<double>) {
     const auto& [loss, lse, grad_hidden, grad_weight, grad_bias] = out;
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     at::Tensor scale = reduction == "mean" ? (target != ignore_index).sum().to(lse.scalar_type()).reciprocal()
                                            : at::ones({}, lse.options());
     ctx->save_for_backward({grad_hidden, grad_weight, grad_bias, scale});
@@ -280,7 +281,8 @@ struct FusedLinearCrossEntropyFunction {
     const at::Tensor scale = grads[0] * saved[3];
     const at::Tensor& grad_bias = saved[2];
     return {saved[0] * scale.to(saved[0].scalar_type()), saved[1] * scale.to(saved[1].scalar_type()), {},
-            grad_bias.numel() ? grad_bias * scale.to(grad_bias.scalar_type()) : at::Tensor(), {}, {}, {}, {}};
+            ctx->saved_data["has_bias"].toBool() ? grad_bias * scale.to(grad_bias.scalar_type()) : at::Tensor(), {}, {},
+            {}, {}};
   }
 };
 

@@ -1,0 +1,141 @@
+"""fused_linear_cross_entropy against F.cross_entropy of the full logits in
+float64: every option through forward and backward, on the CPU and CUDA."""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fastreduce_torch as fr
+from conftest import DEVICES
+
+OPTIONS = list(itertools.product([False, True], ["mean", "sum", "none"], [0.0, 0.1], [None, 3.0]))
+
+
+def reference(hidden, weight, target, bias, reduction, label_smoothing, softcap):
+    logits = F.linear(hidden, weight, bias)
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    return F.cross_entropy(logits.double(), target, reduction=reduction, label_smoothing=label_smoothing)
+
+
+def inputs(device, dtype, rows=37, width=16, classes=53, bias=False):
+    hidden = torch.randn(rows, width, device=device, dtype=dtype, requires_grad=True)
+    weight = (torch.randn(classes, width, device=device, dtype=dtype) / width**0.5).requires_grad_()
+    b = torch.randn(classes, device=device, dtype=dtype, requires_grad=True) if bias else None
+    target = torch.randint(0, classes, (rows,), device=device)
+    target[::5] = -100
+    return hidden, weight, target, b
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bias,reduction,label_smoothing,softcap", OPTIONS, ids=str)
+def test_matches_full_logits(device, dtype, bias, reduction, label_smoothing, softcap):
+    hidden, weight, target, b = inputs(device, dtype, bias=bias)
+    params = [t for t in (hidden, weight, b) if t is not None]
+    expected = reference(hidden, weight, target, b, reduction, label_smoothing, softcap)
+    grad_out = torch.randn_like(expected)
+    expected_grads = torch.autograd.grad(expected, params, grad_out)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target, b, reduction=reduction,
+                                         label_smoothing=label_smoothing, softcap=softcap)
+    assert loss.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    assert loss.shape == expected.shape
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-5)
+    for got, want in zip(torch.autograd.grad(loss, params, grad_out.to(loss.dtype)), expected_grads):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-5 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_many_chunks_and_leading_dims(device, monkeypatch):
+    # 300 rows of 70000 float32 classes: several chunks of the 128 MiB budget.
+    hidden = torch.randn(3, 100, 8, device=device, requires_grad=True)
+    weight = torch.randn(70000, 8, device=device, requires_grad=True)
+    target = torch.randint(0, 70000, (3, 100), device=device)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target)
+    expected = F.cross_entropy((hidden @ weight.T).reshape(-1, 70000).double(), target.reshape(-1))
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)
+    loss.backward()
+    grad_hidden, grad_weight = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    F.cross_entropy((hidden @ weight.T).reshape(-1, 70000), target.reshape(-1)).backward()
+    torch.testing.assert_close(grad_hidden, hidden.grad, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(grad_weight, weight.grad, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_all_ignored_and_empty(device):
+    hidden, weight, target, _ = inputs(device, torch.float32, rows=4)
+    target[:] = -100
+    expected = F.cross_entropy(hidden @ weight.T, target)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target)
+    assert torch.isnan(loss) and torch.isnan(expected)
+    assert fr.fused_linear_cross_entropy(hidden, weight, target, reduction="sum").item() == 0.0
+    empty = fr.fused_linear_cross_entropy(hidden[:0], weight, target[:0], reduction="none")
+    assert empty.shape == (0,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_arguments_name_the_argument(device):
+    hidden, weight, target, _ = inputs(device, torch.float32)
+    op = torch.ops.fastreduce.fused_linear_cross_entropy
+    with pytest.raises(RuntimeError, match="'weight'"):
+        op(hidden, weight[:, :3], target)
+    with pytest.raises(RuntimeError, match="'weight'"):
+        op(hidden, weight.double(), target)
+    with pytest.raises(RuntimeError, match="'target'"):
+        op(hidden, weight, target[:3])
+    with pytest.raises(RuntimeError, match="'bias'"):
+        op(hidden, weight, target, torch.zeros(3, device=device))
+    with pytest.raises(RuntimeError, match="'reduction'"):
+        op(hidden, weight, target, None, "avg")
+    with pytest.raises(RuntimeError, match="'softcap'"):
+        op(hidden, weight, target, None, "mean", -100, 0.0, -1.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_opcheck(device, reduction):
+    hidden, weight, target, b = inputs(device, torch.float32, bias=True)
+    args = (hidden, weight, target, b, reduction, -100, 0.1, 3.0)
+    torch.library.opcheck(torch.ops.fastreduce.fused_linear_cross_entropy.default, args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiles_without_graph_breaks(device):
+    hidden, weight, target, _ = inputs(device, torch.float32)
+
+    def step(h, w):
+        return fr.fused_linear_cross_entropy(h, w, target, softcap=5.0)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    loss = compiled(hidden, weight)
+    loss.backward()
+    expected_grads = (hidden.grad.clone(), weight.grad.clone())
+    hidden.grad = weight.grad = None
+    step(hidden, weight).backward()
+    torch.testing.assert_close(loss, step(hidden, weight))
+    torch.testing.assert_close(expected_grads[0], hidden.grad)
+    torch.testing.assert_close(expected_grads[1], weight.grad)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bfloat16_autocast_and_memory():
+    hidden = torch.randn(2048, 512, device="cuda", requires_grad=True)
+    weight = torch.randn(32000, 512, device="cuda", requires_grad=True)
+    target = torch.randint(0, 32000, (2048,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        expected = F.cross_entropy(F.linear(hidden, weight).float(), target)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        loss = fr.fused_linear_cross_entropy(hidden, weight, target)
+    peak = torch.cuda.max_memory_allocated() - before
+    torch.testing.assert_close(loss, expected, rtol=2e-3, atol=2e-3)
+    # the bf16 logits alone would be 125 MiB; the float32 upcast 250 MiB
+    assert peak < 2048 * 32000 * 2, peak
+    loss.backward()
+    assert hidden.grad.dtype == torch.float32 and torch.isfinite(weight.grad).all()

@@ -1,0 +1,149 @@
+"""patch() on tiny Hugging Face transformers models of each supported
+architecture (random weights from their config classes, nothing
+downloaded): the same loss, gradients, state_dict and generation as the
+unpatched model, with fastreduce's operators doing the work."""
+
+import copy
+
+import pytest
+import torch
+
+import fastreduce_torch as fr
+from conftest import DEVICES
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64)
+ARCHITECTURES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 8}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"pad_token_id": 0}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 8}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 8}),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": 8}),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {}),
+}
+
+
+def build(name, device, dtype=torch.float32):
+    config_name, model_name, extra = ARCHITECTURES[name]
+    if name == "gpt2":
+        config = transformers.GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    else:
+        config = getattr(transformers, config_name)(**SMALL, **extra)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(config).to(device=device, dtype=dtype)
+    for p in model.parameters():  # Gemma's norms start at zero: make every weight matter
+        p.data.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def norm_layers(model) -> int:
+    return sum(1 for m in model.modules() if type(m).__name__.endswith("RMSNorm") or type(m) is torch.nn.LayerNorm)
+
+
+def batch(device):
+    ids = torch.randint(0, 97, (2, 11), device=device)
+    labels = ids.clone()
+    labels[0, :3] = -100
+    return ids, labels
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_patched_model_trains_as_unpatched(name, device):
+    model = build(name, device)
+    ours = copy.deepcopy(model)
+    count = fr.patch(ours)
+    assert count == norm_layers(model) > 0
+    state, patched_state = model.state_dict(), ours.state_dict()
+    assert list(state) == list(patched_state)
+    assert all(torch.equal(state[k], patched_state[k]) for k in state)
+
+    ids, labels = batch(device)
+    expected = model(input_ids=ids, labels=labels)
+    with torch.profiler.profile() as prof:
+        got = ours(input_ids=ids, labels=labels)
+    names = {e.name for e in prof.events()}
+    assert "fastreduce::fused_linear_cross_entropy" in names
+    assert {"fastreduce::rms_norm", "fastreduce::layer_norm"} & names
+    assert got.logits is None  # no logits were made
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
+    expected.loss.backward()
+    got.loss.backward()
+    for (key, p), q in zip(model.named_parameters(), ours.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4 * p.grad.abs().max().item(), msg=key)
+
+    with torch.no_grad():  # without labels: the logits, as before
+        torch.testing.assert_close(ours(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+    prompt = ids[:, :4]
+    generated = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False,
+                               pad_token_id=0)
+    assert torch.equal(ours.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6,
+                                     do_sample=False, pad_token_id=0), generated)
+
+
+def test_gradient_accumulation_loss_and_tuple_outputs():
+    model = build("llama", "cpu")
+    ours = copy.deepcopy(model)
+    fr.patch(ours)
+    ids, labels = batch("cpu")
+    items = torch.tensor(30)
+    expected = model(input_ids=ids, labels=labels, num_items_in_batch=items).loss
+    torch.testing.assert_close(ours(input_ids=ids, labels=labels, num_items_in_batch=items).loss, expected)
+    as_tuple = ours(input_ids=ids, labels=labels, return_dict=False)
+    torch.testing.assert_close(as_tuple[0], model(input_ids=ids, labels=labels).loss)
+
+
+def test_other_modules_untouched():
+    model = build("llama", "cpu")
+    before = {name: type(m) for name, m in model.named_modules()}
+    fr.patch(model)
+    for name, m in model.named_modules():
+        if not (type(m).__name__.endswith("RMSNorm") or name in ("", "lm_head")):
+            assert type(m) is before[name], name
+    assert isinstance(model, transformers.LlamaForCausalLM)
+    assert isinstance(model.model.norm, transformers.models.llama.modeling_llama.LlamaRMSNorm)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_bfloat16_and_compiled_on_cuda(name):
+    model = build(name, "cuda", torch.bfloat16)
+    ours = copy.deepcopy(model)
+    fr.patch(ours)
+    ids, labels = batch("cuda")
+    expected = model(input_ids=ids, labels=labels).loss
+    torch.testing.assert_close(ours(input_ids=ids, labels=labels).loss, expected, rtol=2e-2, atol=2e-2)
+    compiled = torch.compile(ours)
+    torch.testing.assert_close(compiled(input_ids=ids, labels=labels).loss, expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_training_step_memory_on_cuda():
+    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16)
+    ids = torch.randint(0, 32000, (4, 1024), device="cuda")
+
+    def peak(m):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        m(input_ids=ids, labels=ids).loss.backward()
+        m.zero_grad(set_to_none=True)
+        return torch.cuda.max_memory_allocated() - before
+
+    plain = peak(model)
+    fr.patch(model)
+    fused = peak(model)
+    logits = 4 * 1024 * 32000 * 2  # one bf16 logits tensor
+    assert fused < plain - logits, (plain, fused)
