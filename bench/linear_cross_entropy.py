@@ -1,0 +1,95 @@
+"""fused_linear_cross_entropy against the unfused head (F.linear then
+F.cross_entropy on float32 logits, as transformers' loss), torch.compile of
+it, and Liger-Kernel's fused linear cross-entropy (when installed): forward +
+backward time and peak extra memory, plus the time of the three matmuls alone
+(logits, grad_hidden, grad_weight) of the same shapes.
+
+    python3 bench/linear_cross_entropy.py [--tokens 8192] [--hidden 4096] [--vocab 128256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Timer, environment, header, print_table, save_json  # noqa: E402
+
+import fastreduce_torch as fr  # noqa: E402
+
+
+def unfused(h, w, t):
+    return F.cross_entropy(F.linear(h, w).float(), t)
+
+
+def peers():
+    found = {"eager": unfused, "torch.compile": torch.compile(unfused)}
+    try:
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+        liger = LigerFusedLinearCrossEntropyLoss()
+        found["Liger"] = lambda h, w, t: liger(w, h, t)
+    except ImportError:
+        print("liger-kernel not installed: its column is left out")
+    found["fastreduce"] = lambda h, w, t: fr.fused_linear_cross_entropy(h, w, t)
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument("--vocab", type=int, default=128256)
+    args = parser.parse_args()
+    n, d, v = args.tokens, args.hidden, args.vocab
+    env = environment()
+    timer = Timer()
+    h = (torch.randn(n, d, device="cuda") / d**0.25).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(v, d, device="cuda") / d**0.25).to(torch.bfloat16).requires_grad_()
+    t = torch.randint(0, v, (n,), device="cuda")
+    logits = torch.empty(n, v, device="cuda", dtype=torch.bfloat16)
+    grad_h, grad_w = torch.empty_like(h), torch.empty_like(w)
+
+    def matmuls():
+        torch.mm(h, w.t(), out=logits)
+        torch.mm(logits, w, out=grad_h)
+        torch.mm(logits.t(), h, out=grad_w)
+
+    floor = timer.median_us(matmuls, reps=10)
+    rows, reference = [], None
+    for name, fn in peers().items():
+        def step():
+            h.grad = w.grad = None
+            fn(h, w, t).backward()
+
+        try:
+            loss = fn(h, w, t).float().item()
+            step()
+            us = timer.median_us(step, reps=10)
+            h.grad = w.grad = None
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            step()
+            torch.cuda.synchronize()
+            # gradients of h and w are what any step keeps: not "extra"
+            extra = (torch.cuda.max_memory_allocated() - before - h.numel() * 2 - w.numel() * 2) / 2**20
+        except torch.OutOfMemoryError:
+            rows.append([name, "OOM", "", "", ""])
+            continue
+        reference = reference or loss
+        rows.append([name, us, us / floor, extra, loss])
+    best = min(r[1] for r in rows if r[0] not in ("fastreduce",) and r[1] != "OOM")
+    ours = next(r for r in rows if r[0] == "fastreduce")
+    title = (f"fused linear cross-entropy fwd+bwd, {n} tokens x {d} hidden x {v} vocab, bfloat16 "
+             f"(three matmuls alone: {floor:.0f} µs; fastreduce vs best other: {best / ours[1]:.2f}x)")
+    text = header(env) + "\n\n" + print_table(title, ["impl", "µs", "x matmuls", "peak extra MiB (beyond grads)", "loss"], rows)
+    save_json("linear_cross_entropy.json", {"environment": env, "rows": rows, "matmuls_us": floor,
+                                            "markdown": text})
+
+
+if __name__ == "__main__":
+    main()
