@@ -139,3 +139,11 @@ def test_bfloat16_autocast_and_memory():
     assert peak < 0.75 * 4096 * 64000 * 2, peak  # less than the bf16 logits alone
     loss.backward()
     assert hidden.grad.dtype == torch.float32 and torch.isfinite(weight.grad).all()
+
+
+def test_second_backward_refused_not_doubled():
+    hidden, weight, target, _ = inputs("cpu", torch.float32)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        loss.backward()

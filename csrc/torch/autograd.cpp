@@ -256,7 +256,10 @@ struct CausalSoftmaxFunction {
 
 // fused_linear_cross_entropy with reduction mean or sum: the forward already
 // computed the gradients of the summed row losses; the backward scales them
-// by the loss gradient (and 1 / kept rows for mean). lse has no gradient here.
+// in place by the loss gradient (and 1 / kept rows for mean): a copy of
+// grad_weight would be the largest allocation of the step. So a second
+// backward through one call (retain_graph) is refused rather than scaled
+// twice. lse has no gradient here.
 struct FusedLinearCrossEntropyFunction {
   using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
   static constexpr const char* kName = "fastreduce::FusedLinearCrossEntropyBackward";
@@ -271,18 +274,21 @@ struct FusedLinearCrossEntropyFunction {
                    int64_t ignore_index, double, std::optional<double>) {
     const auto& [loss, lse, grad_hidden, grad_weight, grad_bias] = out;
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->saved_data["scaled"] = false;
     at::Tensor scale = reduction == "mean" ? (target != ignore_index).sum().to(lse.scalar_type()).reciprocal()
                                            : at::ones({}, lse.options());
     ctx->save_for_backward({grad_hidden, grad_weight, grad_bias, scale});
     ctx->mark_non_differentiable({lse, grad_hidden, grad_weight, grad_bias});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
+    TORCH_CHECK(!ctx->saved_data["scaled"].toBool(),
+                "fused_linear_cross_entropy: a second backward through the same call is not supported (its "
+                "gradients are computed in the forward and scaled in place by the first)");
+    ctx->saved_data["scaled"] = true;
+    auto saved = ctx->get_saved_variables();
     const at::Tensor scale = grads[0] * saved[3];
-    const at::Tensor& grad_bias = saved[2];
-    return {saved[0] * scale.to(saved[0].scalar_type()), saved[1] * scale.to(saved[1].scalar_type()), {},
-            ctx->saved_data["has_bias"].toBool() ? grad_bias * scale.to(grad_bias.scalar_type()) : at::Tensor(), {}, {},
-            {}, {}};
+    for (int i = 0; i < 3; ++i) saved[i].mul_(scale.to(saved[i].scalar_type()));
+    return {saved[0], saved[1], {}, ctx->saved_data["has_bias"].toBool() ? saved[2] : at::Tensor(), {}, {}, {}, {}};
   }
 };
 
