@@ -40,3 +40,18 @@ def test_llama_example_same_loss_curve(device):
                       "--batch", "2", "--seq", "16", "--steps", "2", "--precision", "bfloat16"])
     for a, b in zip(low["torch_losses"], low["ours_losses"]):
         assert abs(a - b) <= 2e-2 * abs(a), (a, b)
+
+
+def test_hf_llama_example_losses_agree():
+    pytest.importorskip("transformers")
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "hf_llama.py")
+    result = subprocess.run([sys.executable, example, "--device", "cpu", "--steps", "3"], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| ") and "impl" not in line]
+    losses = {row[1].strip(): row[6].strip() for row in rows}
+    assert {"transformers", "fastreduce"} <= set(losses)
+    first = [float(v) for v in losses["transformers"].split(",")]
+    for impl, values in losses.items():
+        for a, b in zip(first, (float(v) for v in values.split(","))):
+            assert abs(a - b) <= 1e-4 * abs(a), (impl, a, b)
