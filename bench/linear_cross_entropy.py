@@ -88,7 +88,8 @@ def main():
     ours = next(r for r in rows if r[0] == "fastreduce")
     title = (f"fused linear cross-entropy fwd+bwd, {n} tokens x {d} hidden x {v} vocab, bfloat16 "
              f"(three matmuls alone: {floor:.0f} µs; fastreduce vs best other: {best / ours[1]:.2f}x)")
-    text = header(env) + "\n\n" + print_table(title, ["impl", "µs", "x matmuls", "peak extra MiB (beyond grads)", "loss"], rows)
+    print(header(env))
+    text = print_table(title, ["impl", "µs", "x matmuls", "peak extra MiB (beyond grads)", "loss"], rows)
     save_json("linear_cross_entropy.json", {"environment": env, "rows": rows, "matmuls_us": floor,
                                             "markdown": text})
 

@@ -78,6 +78,7 @@ SECTIONS = {
     "rows": generic_section,
     "host": generic_section,
     "cpu": generic_section,
+    "linear_cross_entropy": generic_section,
 }
 
 
