@@ -85,6 +85,41 @@ at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const 
   return at::where(kept, loss, at::zeros({}, loss.options()));
 }
 
+// The three gradients, filled chunk by chunk: a chunk's logit gradient gives
+// its rows of grad_hidden and adds into grad_weight and grad_bias.
+struct Gradients {
+  at::Tensor hidden, weight, bias;  // bias: accumulated in the accumulator type; undefined without one
+
+  Gradients(const at::Tensor& h, const at::Tensor& w, bool has_bias, at::ScalarType acc)
+      : hidden(at::empty_like(h, at::MemoryFormat::Contiguous)),
+        weight(at::zeros_like(w, at::MemoryFormat::Contiguous)),
+        bias(has_bias ? at::zeros({w.size(0)}, w.options().dtype(acc)) : at::Tensor()) {}
+
+  void add_chunk(at::Tensor grad, const at::Tensor& logits, const at::Tensor& h, const at::Tensor& w, int64_t start,
+                 std::optional<double> softcap) {
+    if (softcap.has_value()) grad.mul_(1.0 - (logits / *softcap).square());  // d softcap tanh(z / softcap) / dz
+    at::Tensor rows = hidden.narrow(0, start, grad.size(0));
+    at::mm_out(rows, grad, w);
+    weight.addmm_(grad.t(), h);
+    if (bias.defined()) bias += grad.sum(0, false, bias.scalar_type());
+  }
+
+  // The bias gradient in the parameter's dtype, or an empty tensor.
+  at::Tensor bias_or_empty() const { return bias.defined() ? bias.to(weight.scalar_type()) : weight.new_empty({0}); }
+};
+
+// Runs body(start, rows, h, logits, target) for each chunk of rows.
+template <typename Body>
+void for_each_chunk(const Problem& p, const at::Tensor& hidden, const at::Tensor& weight,
+                    const std::optional<at::Tensor>& bias, const at::Tensor& target, std::optional<double> softcap,
+                    Body&& body) {
+  for (int64_t start = 0; start < p.rows; start += p.chunk) {
+    const int64_t n = std::min(p.chunk, p.rows - start);
+    const at::Tensor h = hidden.narrow(0, start, n);
+    body(start, n, h, chunk_logits(h, weight, bias, softcap), target.narrow(0, start, n));
+  }
+}
+
 at::Tensor reduce_loss(const at::Tensor& rows, const at::Tensor& target, const Problem& p, int64_t ignore_index) {
   if (p.none) return rows;
   const at::Tensor total = rows.sum();
@@ -100,14 +135,12 @@ std::tuple<at::Tensor, at::Tensor> backend::fused_linear_cross_entropy(
   const Problem p = check(hidden, weight, target, bias, reduction, label_smoothing, softcap);
   at::Tensor lse = at::empty({p.rows}, hidden.options().dtype(acc_type(hidden)));
   at::Tensor losses = at::empty({p.rows}, lse.options());
-  for (int64_t start = 0; start < p.rows; start += p.chunk) {
-    const int64_t n = std::min(p.chunk, p.rows - start);
-    const at::Tensor logits = chunk_logits(hidden.narrow(0, start, n), weight, bias, softcap);
-    const at::Tensor t = target.narrow(0, start, n);
+  for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor&,
+                                                                const at::Tensor& logits, const at::Tensor& t) {
     const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
     lse.narrow(0, start, n).copy_(chunk_lse);
     losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
-  }
+  });
   return {reduce_loss(losses, target, p, ignore_index), lse};
 }
 
@@ -116,31 +149,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::
     c10::string_view reduction, int64_t ignore_index, double label_smoothing, std::optional<double> softcap) {
   const Problem p = check(hidden, weight, target, bias, reduction, label_smoothing, softcap);
   TORCH_CHECK(!p.none, kOp, ": gradients in the forward need reduction 'mean' or 'sum'");
-  const bool has_bias = bias.has_value() && bias->defined();
   at::Tensor lse = at::empty({p.rows}, hidden.options().dtype(acc_type(hidden)));
   at::Tensor losses = at::empty({p.rows}, lse.options());
-  at::Tensor grad_hidden = at::empty_like(hidden, at::MemoryFormat::Contiguous);
-  at::Tensor grad_weight = at::zeros_like(weight, at::MemoryFormat::Contiguous);
-  at::Tensor grad_bias = has_bias ? at::zeros({p.classes}, lse.options()) : at::Tensor();
-  for (int64_t start = 0; start < p.rows; start += p.chunk) {
-    const int64_t n = std::min(p.chunk, p.rows - start);
-    const at::Tensor h = hidden.narrow(0, start, n);
-    const at::Tensor logits = chunk_logits(h, weight, bias, softcap);
-    const at::Tensor t = target.narrow(0, start, n);
+  Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
+  for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
+                                                                const at::Tensor& logits, const at::Tensor& t) {
     const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
     lse.narrow(0, start, n).copy_(chunk_lse);
     losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
     // The gradient of the chunk's summed loss; the backward scales it.
-    at::Tensor grad = call_cross_entropy_backward(at::ones({n}, logits.options()), std::nullopt, logits, t, chunk_lse,
-                                                  "none", ignore_index, label_smoothing);
-    if (softcap.has_value()) grad.mul_(1.0 - (logits / *softcap).square());  // d softcap tanh(z / softcap) / dz
-    at::Tensor rows_grad = grad_hidden.narrow(0, start, n);
-    at::mm_out(rows_grad, grad, weight);
-    grad_weight.addmm_(grad.t(), h);
-    if (has_bias) grad_bias += grad.sum(0, false, lse.scalar_type());
-  }
-  return {reduce_loss(losses, target, p, ignore_index), lse, grad_hidden, grad_weight,
-          has_bias ? grad_bias.to(weight.scalar_type()) : weight.new_empty({0})};
+    grads.add_chunk(call_cross_entropy_backward(at::ones({n}, logits.options()), std::nullopt, logits, t, chunk_lse,
+                                                "none", ignore_index, label_smoothing),
+                    logits, h, weight, start, softcap);
+  });
+  return {reduce_loss(losses, target, p, ignore_index), lse, grads.hidden, grads.weight, grads.bias_or_empty()};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::fused_linear_cross_entropy_backward(
@@ -151,29 +173,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::fused_linear_cross_entro
   TORCH_CHECK(grad_loss.numel() == (p.none ? p.rows : 1), kOp, "_backward: argument 'grad_loss' has ",
               to_text(grad_loss.numel()), " elements, expected one per row for reduction 'none', else one");
   TORCH_CHECK(lse.numel() == p.rows, kOp, "_backward: argument 'lse' needs one element per row");
-  const bool has_bias = bias.has_value() && bias->defined();
   at::Tensor per_row = grad_loss.to(lse.scalar_type()).reshape({-1});
   if (!p.none) {
     if (!p.sum) per_row = per_row / (target != ignore_index).sum().to(per_row.scalar_type());
     per_row = per_row.expand({p.rows});
   }
-  at::Tensor grad_hidden = at::empty_like(hidden, at::MemoryFormat::Contiguous);
-  at::Tensor grad_weight = at::zeros_like(weight, at::MemoryFormat::Contiguous);
-  at::Tensor grad_bias = has_bias ? at::zeros({p.classes}, lse.options()) : at::Tensor();
-  for (int64_t start = 0; start < p.rows; start += p.chunk) {
-    const int64_t n = std::min(p.chunk, p.rows - start);
-    const at::Tensor h = hidden.narrow(0, start, n);
-    const at::Tensor logits = chunk_logits(h, weight, bias, softcap);
-    const at::Tensor t = target.narrow(0, start, n);
-    at::Tensor grad = call_cross_entropy_backward(per_row.narrow(0, start, n), std::nullopt, logits, t,
-                                                  lse.narrow(0, start, n), "none", ignore_index, label_smoothing);
-    if (softcap.has_value()) grad.mul_(1.0 - (logits / *softcap).square());
-    at::Tensor rows_grad = grad_hidden.narrow(0, start, n);
-    at::mm_out(rows_grad, grad, weight);
-    grad_weight.addmm_(grad.t(), h);
-    if (has_bias) grad_bias += grad.sum(0, false, lse.scalar_type());
-  }
-  return {grad_hidden, grad_weight, has_bias ? grad_bias.to(weight.scalar_type()) : weight.new_empty({0})};
+  Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
+  for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
+                                                                const at::Tensor& logits, const at::Tensor& t) {
+    grads.add_chunk(call_cross_entropy_backward(per_row.narrow(0, start, n), std::nullopt, logits, t,
+                                                lse.narrow(0, start, n), "none", ignore_index, label_smoothing),
+                    logits, h, weight, start, softcap);
+  });
+  return {grads.hidden, grads.weight, grads.bias_or_empty()};
 }
 
 }  // namespace fastreduce
