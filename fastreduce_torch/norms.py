@@ -132,8 +132,16 @@ def _stats_dtype(input: Tensor, weight: Tensor | None, bias: Tensor | None, wide
     return torch.float32 if widen else input.dtype
 
 
-def _check_norm(name: str, input: Tensor, normalized_shape, residual: Tensor | None = None) -> list[int]:
+def _check_norm(name: str, input: Tensor, normalized_shape, residual: Tensor | None = None,
+                **params: Tensor | None) -> list[int]:
+    """The statistics' shape, after the kernels' checks of input, residual and
+    the parameters (by name: weight, bias)."""
     _check_floating(name, input, "input")
+    for argument, param in params.items():
+        torch._check(
+            param is None or list(param.shape) == list(normalized_shape),
+            lambda: f"{name}: argument '{argument}' has shape {list(param.shape)}, expected {list(normalized_shape)}",
+        )
     k = len(normalized_shape)
     torch._check(
         k >= 1 and input.dim() >= k and list(input.shape[input.dim() - k:]) == list(normalized_shape),
@@ -164,7 +172,7 @@ def _param_grad(param: Tensor | None, input: Tensor) -> Tensor:
 
 @torch.library.register_fake("fastreduce::layer_norm")
 def _layer_norm_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    stats = _stats(input, _check_norm("layer_norm", input, normalized_shape), weight, bias)
+    stats = _stats(input, _check_norm("layer_norm", input, normalized_shape, weight=weight, bias=bias), weight, bias)
     return input.new_empty(input.shape), stats, torch.empty_like(stats)
 
 
@@ -175,7 +183,7 @@ def _layer_norm_backward_fake(grad_out, input, normalized_shape, mean, rstd, wei
 
 @torch.library.register_fake("fastreduce::rms_norm")
 def _rms_norm_fake(input, normalized_shape, weight=None, eps=None):
-    stats = _stats(input, _check_norm("rms_norm", input, normalized_shape), weight, widen=True)
+    stats = _stats(input, _check_norm("rms_norm", input, normalized_shape, weight=weight), weight, widen=True)
     return input.new_empty(input.shape), stats
 
 
@@ -186,7 +194,7 @@ def _rms_norm_backward_fake(grad_out, input, normalized_shape, rstd, weight, gra
 
 @torch.library.register_fake("fastreduce::add_layer_norm")
 def _add_layer_norm_fake(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
-    stats_shape = _check_norm("add_layer_norm", input, normalized_shape, residual)
+    stats_shape = _check_norm("add_layer_norm", input, normalized_shape, residual, weight=weight, bias=bias)
     h = _promoted(input, residual)
     stats = _stats(h, stats_shape, weight, bias)
     return torch.empty_like(h), torch.empty_like(h), stats, torch.empty_like(stats)
@@ -194,7 +202,7 @@ def _add_layer_norm_fake(input, residual, normalized_shape, weight=None, bias=No
 
 @torch.library.register_fake("fastreduce::add_rms_norm")
 def _add_rms_norm_fake(input, residual, normalized_shape, weight=None, eps=None):
-    stats_shape = _check_norm("add_rms_norm", input, normalized_shape, residual)
+    stats_shape = _check_norm("add_rms_norm", input, normalized_shape, residual, weight=weight)
     h = _promoted(input, residual)
     return torch.empty_like(h), torch.empty_like(h), _stats(h, stats_shape, weight, widen=True)
 

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
+from . import _C
+from ._eager import plain
 from .reductions import DimArg, _check_dtype, _fake_like, _torch_dims
 
 _ops = torch.ops.fastreduce
@@ -18,23 +20,31 @@ def var(input: Tensor, dim: DimArg = None, *, correction: float | None = None, k
     """Variance over ``dim`` (all dims if None), like :func:`torch.var`: divided by
     ``N - correction`` (default correction 1). One pass (Welford/Chan merging), so
     data with a large mean keeps its precision. Floating dtypes only."""
+    if plain(input):
+        return _C.var(input, dim, correction, keepdim)
     return _ops.var(input, dim, correction=correction, keepdim=keepdim)
 
 
 def std(input: Tensor, dim: DimArg = None, *, correction: float | None = None, keepdim: bool = False) -> Tensor:
     """Standard deviation over ``dim``, like :func:`torch.std` (see :func:`var`)."""
+    if plain(input):
+        return _C.std(input, dim, correction, keepdim)
     return _ops.std(input, dim, correction=correction, keepdim=keepdim)
 
 
 def var_mean(input: Tensor, dim: DimArg = None, *, correction: float | None = None,
              keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """``(var, mean)`` from one pass, like :func:`torch.var_mean`."""
+    if plain(input):
+        return _C.var_mean(input, dim, correction, keepdim)
     return _ops.var_mean(input, dim, correction=correction, keepdim=keepdim)
 
 
 def std_mean(input: Tensor, dim: DimArg = None, *, correction: float | None = None,
              keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """``(std, mean)`` from one pass, like :func:`torch.std_mean`."""
+    if plain(input):
+        return _C.std_mean(input, dim, correction, keepdim)
     return _ops.std_mean(input, dim, correction=correction, keepdim=keepdim)
 
 

@@ -1,6 +1,7 @@
 // Fused cross-entropy over (rows, classes) logits and one class index per
 // row, as torch.nn.functional.cross_entropy (ignore_index, label smoothing):
-//   loss = lse - (1 - eps) * x[target] - eps / classes * sum(x)
+//   loss = lse - (1 - eps) * x[target] - eps / classes * sum(x), with lse = max + log(sum exp(x - max)),
+// taken as (max - x[target]) + log(...) so that huge logits do not cancel.
 // The forward reads each row once, keeping an online log-sum-exp (running
 // max, rescaled sum) per thread, and never writes probabilities; the
 // backward reads the row once more and writes the gradient
@@ -27,8 +28,8 @@ struct CrossEntropyArgs {
   opmath_t<T> smoothing;
 };
 
-// Log-sum-exp of base-2 scaled logits u = x * log2(e): the largest u, the
-// sum of exp2(u - max), and the plain sum of the logits (label smoothing).
+// Online log-sum-exp: the largest logit, the sum of exp(x - max), and the
+// plain sum of the logits (label smoothing).
 template <typename A>
 struct LseState {
   A max, sum, total;
@@ -43,25 +44,24 @@ __device__ __forceinline__ void absorb(LseState<A>& state, const VecN<T, kVec>& 
   A top = state.max;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
-    const A x = static_cast<A>(pack.elem[j]);
-    state.total += x;
-    u[j] = x * static_cast<A>(kLog2e);
+    u[j] = static_cast<A>(pack.elem[j]);
+    state.total += u[j];
     top = max_acc(top, u[j]);
   }
   if (top > state.max) {
-    state.sum *= exp2_acc(state.max - top);
+    state.sum *= exp_shifted(state.max, top);
     state.max = top;
   }
   const A shift = state.max == -std::numeric_limits<A>::infinity() ? A(0) : state.max;
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) state.sum += exp2_acc(u[j] - shift);
+  for (int j = 0; j < kVec; ++j) state.sum += exp_shifted(u[j], shift);
 }
 
 template <typename A>
 __device__ __forceinline__ LseState<A> merge(const LseState<A>& a, const LseState<A>& b) {
   const A top = max_acc(a.max, b.max);
   if (top == -std::numeric_limits<A>::infinity()) return {top, A(0), a.total + b.total};
-  return {top, a.sum * exp2_acc(a.max - top) + b.sum * exp2_acc(b.max - top), a.total + b.total};
+  return {top, a.sum * exp_shifted(a.max, top) + b.sum * exp_shifted(b.max, top), a.total + b.total};
 }
 
 // Every thread gets the block's merged state (fixed order: reproducible).
@@ -114,15 +114,16 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   for_each_pack<kVec>(x, a.classes, [&](int64_t, const VecN<T, kVec>& pack) { absorb(state, pack); });
   state = block_merge(state);
   if (threadIdx.x != 0) return;
-  const A row_lse = (state.max + log2(state.sum)) / static_cast<A>(kLog2e);
-  lse[row] = row_lse;
+  const A log_sum = log(state.sum);
+  lse[row] = state.max + log_sum;
   const int64_t t = a.target[row];
   A loss = 0;
   if (t != a.ignore_index) {
     loss = t < 0 || t >= a.classes
                ? std::numeric_limits<A>::quiet_NaN()
-               : row_lse - (A(1) - a.smoothing) * static_cast<A>(x[t]) -
-                     (a.smoothing == A(0) ? A(0) : a.smoothing / static_cast<A>(a.classes) * state.total);
+               : (A(1) - a.smoothing) * ((state.max - static_cast<A>(x[t])) + log_sum) +
+                     (a.smoothing == A(0) ? A(0)
+                                          : a.smoothing * ((state.max - state.total / static_cast<A>(a.classes)) + log_sum));
   }
   row_loss[row] = loss;
 }
@@ -177,14 +178,14 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const int64_t t = a.target[row];
   const A g = t == a.ignore_index ? A(0) : grad_loss ? static_cast<A>(grad_loss[row]) : *scale;
   const A soft = g + (grad_lse ? grad_lse[row] : A(0));
-  const A shift = lse[row] * static_cast<A>(kLog2e);
+  const A shift = lse[row];
   const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
   auto* out = reinterpret_cast<VecN<T, kVec>*>(grad_input + row * a.classes);
   for_each_pack<kVec>(a.logits + row * a.classes, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) {
     VecN<T, kVec> result;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const A p = exp2_acc(static_cast<A>(pack.elem[j]) * static_cast<A>(kLog2e) - shift);
+      const A p = exp_shifted(static_cast<A>(pack.elem[j]), shift);
       result.elem[j] = static_cast<T>(soft * p - smooth - (i * kVec + j == t ? hit : A(0)));
     }
     out[i] = result;

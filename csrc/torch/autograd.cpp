@@ -24,6 +24,12 @@ at::Tensor expand_to_input(NodeContext* ctx, const at::Tensor& grad) {
 
 at::ScalarType input_dtype(NodeContext* ctx) { return ctx->saved_data["dtype"].toScalarType(); }
 
+// An input that wants a gradient cannot reach an integer result (x.sum(dtype=torch.int64)), as in torch.
+void check_differentiable(const at::Tensor& result) {
+  TORCH_CHECK(torch::autograd::isDifferentiableType(result.scalar_type()), "Autograd not support dtype: ",
+              to_text(result.scalar_type()));
+}
+
 // sum and mean: the gradient broadcast back over the reduced dims (divided
 // by their element count for mean), in the input's dtype.
 template <bool IsMean>
@@ -37,8 +43,9 @@ struct SumMeanFunction {
       return call_sum(self, dim, keepdim, dtype);
     }
   }
-  static void save(NodeContext* ctx, const at::Tensor&, const at::Tensor& self, at::OptionalIntArrayRef dim,
+  static void save(NodeContext* ctx, const at::Tensor& result, const at::Tensor& self, at::OptionalIntArrayRef dim,
                    bool keepdim, std::optional<at::ScalarType>) {
+    check_differentiable(result);
     save_reduction(ctx, self, dim, keepdim);
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
@@ -61,6 +68,7 @@ struct ProdFunction {
   }
   static void save(NodeContext* ctx, const at::Tensor& result, const at::Tensor& self, at::OptionalIntArrayRef dim,
                    bool keepdim, std::optional<at::ScalarType>) {
+    check_differentiable(result);
     ctx->saved_data["dim"] = dim.has_value() ? c10::IValue(*dim) : c10::IValue();
     ctx->saved_data["keepdim"] = keepdim;
     ctx->save_for_backward({self, result});

@@ -58,8 +58,12 @@ at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const st
   TORCH_CHECK(grad_loss.numel() == (args.reduction == 0 ? args.rows : 1), op, ": argument 'grad_loss' has ",
               to_text(grad_loss.numel()), " elements, expected one per row for reduction 'none', else one");
   TORCH_CHECK(lse.numel() == args.rows, op, ": argument 'lse' needs one element per row");
-  const at::Tensor acc_lse = lse.to(acc_type(input)).contiguous();
   const bool has_grad_lse = grad_lse.has_value() && grad_lse->defined();
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"grad_loss", &grad_loss}, {"lse", &lse},
+                                {"grad_lse", has_grad_lse ? &*grad_lse : &input}})
+    TORCH_CHECK(t->device() == input.device(), op, ": argument '", name, "' is on ", to_text(t->device()),
+                " but 'input' is on ", to_text(input.device()));
+  const at::Tensor acc_lse = lse.to(acc_type(input)).contiguous();
   const at::Tensor acc_grad_lse = has_grad_lse ? grad_lse->to(acc_type(input)).contiguous() : at::Tensor();
   const at::Tensor logits = input.contiguous();
   at::Tensor grad_input = at::empty_like(logits);

@@ -17,15 +17,18 @@ namespace {
 
 using cpu::Vec;
 
-// log(sum(exp(row))), -inf for an all -inf row, NaN with any NaN or +inf.
+// log(sum(exp(row))) as its two terms, the largest logit and
+// log(sum(exp(row - largest))), so that a loss can take (largest - x[t]) first
+// and huge logits do not cancel; lse is their sum: -inf for an all -inf row,
+// NaN with any NaN or +inf.
 template <typename A>
-A log_sum_exp(const A* row, int64_t classes) {
+std::pair<A, A> log_sum_exp(const A* row, int64_t classes) {
   using V = Vec<A>;
   const A top = at::vec::reduce_all<A>([](V a, V b) { return at::vec::maximum(a, b); }, row, classes);
-  if (top == -std::numeric_limits<A>::infinity() || std::isnan(top)) return top;
+  if (top == -std::numeric_limits<A>::infinity() || std::isnan(top)) return {top, A(0)};
   const A total = at::vec::map_reduce_all<A>([top](V v) { return (v - V(top)).exp(); },
                                              [](V a, V b) { return a + b; }, row, classes);
-  return top + std::log(total);
+  return {top, std::log(total)};
 }
 
 // The divisor of reduction "mean": the rows whose target is not ignored.
@@ -50,8 +53,8 @@ void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor
     std::vector<A> buffer;
     for (int64_t r = begin; r < end; ++r) {
       const A* row = cpu::widen(xs + r * classes, classes, buffer);
-      const A row_lse = log_sum_exp(row, classes);
-      lses[r] = row_lse;
+      const auto [top, log_sum] = log_sum_exp(row, classes);
+      lses[r] = top + log_sum;
       const int64_t t = targets[r];
       if (t == args.ignore_index) {
         row_loss[r] = 0;
@@ -59,8 +62,8 @@ void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor
       }
       TORCH_CHECK(t >= 0 && t < classes, "cross_entropy: argument 'target' holds class ", to_text(t),
                   ", outside [0, ", to_text(classes), ")");
-      const A total = smoothing == A(0) ? A(0) : cpu::sum(row, classes);
-      row_loss[r] = row_lse - (A(1) - smoothing) * row[t] - smoothing / static_cast<A>(classes) * total;
+      const A smooth = smoothing == A(0) ? A(0) : smoothing * ((top - cpu::sum(row, classes) / classes) + log_sum);
+      row_loss[r] = (A(1) - smoothing) * ((top - row[t]) + log_sum) + smooth;
     }
   });
   T* out = loss.data_ptr<T>();
@@ -94,6 +97,8 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
     std::vector<A> buffer, out_buffer(std::is_same_v<T, A> ? 0 : classes);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t t = targets[r];
+      TORCH_CHECK(t == args.ignore_index || (t >= 0 && t < classes), "cross_entropy_backward: argument 'target' holds class ",
+                  to_text(t), ", outside [0, ", to_text(classes), ")");
       const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
       const V soft(g + (grad_lses ? grad_lses[r] : A(0)));
       const V shift(lses[r]), smooth(g * smoothing / static_cast<A>(classes));
@@ -103,7 +108,7 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
       for (; i + V::size() <= classes; i += V::size())
         (soft * (V::loadu(row + i) - shift).exp() - smooth).store(out + i);
       if (i < classes) (soft * (V::loadu(row + i, classes - i) - shift).exp() - smooth).store(out + i, classes - i);
-      if (t >= 0 && t < classes) out[t] -= g * (A(1) - smoothing);
+      if (t != args.ignore_index) out[t] -= g * (A(1) - smoothing);
       cpu::narrow(out, dxs + r * classes, classes);
     }
   });

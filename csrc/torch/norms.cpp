@@ -130,15 +130,21 @@ NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, con
   t.weight = kernel_param(weight, t.x);
   t.bias = kernel_param(bias, t.x);
   const NormArgs args{rows, n, 0, eps};
+  if (n == 0) {  // rows of no elements: aten's statistics (mean 0, rstd NaN), nothing to normalise
+    t.rstd.fill_(std::numeric_limits<double>::quiet_NaN());
+    if (kind.centered) t.mean.zero_();
+    if (residual) t.residual_out.copy_(t.x);
+    return t;
+  }
   if (t.x.is_cuda()) norm_forward_cuda(t, kind.centered, args);
   else norm_forward_cpu(t, kind.centered, args);
   return t;
 }
 
 // rms_norm's default eps, as torch: the machine epsilon of the accumulator type.
-double default_eps(const at::Tensor& input, std::optional<double> eps) {
+double default_eps(at::ScalarType type, std::optional<double> eps) {
   if (eps.has_value()) return *eps;
-  return input.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
+  return type == at::kDouble ? std::numeric_limits<double>::epsilon()
                                             : std::numeric_limits<float>::epsilon();
 }
 
@@ -162,6 +168,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
   TORCH_CHECK(rstd.numel() == rows && (!mean || mean->numel() == rows), op, ": the statistics need ", to_text(rows),
               " elements each, got ", to_text(rstd.numel()));
+  check_same_device(rstd, input, op, "rstd", "input");
+  if (mean) check_same_device(*mean, input, op, "mean", "input");
   const at::Tensor* w = defined_or_null(weight);
   const at::Tensor* b = defined_or_null(bias);
   NormBackwardTensors t;
@@ -211,7 +219,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::layer_norm_backward(
 std::tuple<at::Tensor, at::Tensor> backend::rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                      const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   NormForwardTensors t =
-      norm_forward(kRmsNorm, input, nullptr, normalized_shape, weight, std::nullopt, default_eps(input, eps));
+      norm_forward(kRmsNorm, input, nullptr, normalized_shape, weight, std::nullopt,
+                   default_eps(input.scalar_type(), eps));
   return {t.y, t.rstd};
 }
 
@@ -236,8 +245,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::add_rms_norm(const at::T
                                                                      at::IntArrayRef normalized_shape,
                                                                      const std::optional<at::Tensor>& weight,
                                                                      std::optional<double> eps) {
+  // eps=None: the epsilon of the sum's dtype (float64 when either is), as rms_norm of input + residual.
+  const auto sum_type = at::promote_types(input.scalar_type(), residual.scalar_type());
   NormForwardTensors t = norm_forward(kAddRmsNorm, input, &residual, normalized_shape, weight, std::nullopt,
-                                      default_eps(input, eps));
+                                      default_eps(sum_type, eps));
   return {t.y, t.residual_out, t.rstd};
 }
 

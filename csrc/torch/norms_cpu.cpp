@@ -104,8 +104,10 @@ void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds,
       const A* row = adds ? add_rounded(source, adds + r * n, hs + r * n, n, buffers.in)
                           : cpu::widen(source, n, buffers.in);
       const A mu = centered ? cpu::sum(row, n) / n : A(0);
-      const A squares = at::vec::map_reduce_all<A>(
-          [mu](V v) { return (v - V(mu)) * (v - V(mu)); }, [](V a, V b) { return a + b; }, row, n);
+      const A squares = cpu::sum(row, n, [mu](auto v) {
+        const auto d = v - decltype(v)(mu);
+        return d * d;
+      });
       const A inv = A(1) / std::sqrt(squares / n + eps);
       A* out = output_row(ys + r * n, buffers.out, n);
       for_each_vector<A>(n, [&](int64_t i, int64_t count) {
@@ -222,7 +224,14 @@ void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& ar
         const V v = V::loadu(row + i, count) * V(scale);
         top = at::vec::maximum(top, count == V::size() ? v : V::set(top, v, count));
       });
-      const V row_max(at::vec::vec_reduce_all([](V a, V b) { return at::vec::maximum(a, b); }, top));
+      const A largest = at::vec::vec_reduce_all([](V a, V b) { return at::vec::maximum(a, b); }, top);
+      if (!std::isfinite(largest) && valid > 0) {  // a NaN or +inf (or every entry -inf): NaN, as torch
+        std::fill(out, out + valid, std::numeric_limits<A>::quiet_NaN());
+        std::fill(out + valid, out + n, A(0));
+        cpu::narrow(out, ys + r * n, n);
+        continue;
+      }
+      const V row_max(largest);
       V total(0);
       for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
         const V e = vec_exp(V::loadu(row + i, count) * V(scale) - row_max);

@@ -31,7 +31,7 @@ std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self
   // warnings filter, as torch.ops.aten.var's does), then whatever NaN or inf
   // the formula gives.
   if (static_cast<double>(reduced_count(self, reduced)) - params.correction <= 0)
-    TORCH_WARN_ONCE(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor ",
+    TORCH_WARN(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor ",
                     "(input numel divided by output numel).");
   if (self.numel() == 0) {
     const auto nan = at::full(output_shape(self, reduced, keepdim), std::nan(""), self.options());
@@ -86,6 +86,9 @@ at::Tensor backend::norm(const at::Tensor& self, const at::Scalar& ord, at::Opti
               ": Expected a floating point tensor as argument 'self', got ", to_text(self.scalar_type()));
   TORCH_CHECK(at::isFloatingType(compute), op, ": argument 'dtype' must be a floating dtype, got ",
               to_text(compute));
+  TORCH_CHECK(at::promote_types(self.scalar_type(), compute) == compute, op, ": the dtype of the input (",
+              to_text(self.scalar_type()), ") should be convertible without narrowing to the specified dtype (",
+              to_text(compute), ")");
   TORCH_CHECK(!ord.isComplex(), op, ": argument 'ord' must be real");
   const at::Tensor x = self.to(compute);
   const double p = ord.toDouble();
@@ -121,7 +124,9 @@ std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::
                 to_text(t.scalar_type()), " at index ", to_text(static_cast<int64_t>(i)));
     TORCH_CHECK(t.numel() != 0 || (p >= 0 && !std::isinf(p)), op, ": cannot compute the ", std::to_string(p),
                 " norm of the empty tensor at index ", to_text(static_cast<int64_t>(i)));
-    if (t.is_cuda() && t.scalar_type() != at::kDouble) {
+    if (t.numel() == 0) {
+      norms[i] = at::zeros({}, t.options());
+    } else if (t.is_cuda() && t.scalar_type() != at::kDouble) {
       batched.push_back(t.contiguous());
       where.push_back(i);
       per_dtype[t.scalar_type()] += 1;
