@@ -6,8 +6,8 @@
 
 namespace fastreduce {
 
-// Softmax works in base 2: each element costs one exp2 (a single MUFU.EX2
-// for float) after the max.
+// Softmax works in base 2: inputs are multiplied by scale * log2(e) once, so
+// each element costs one exp2 (a single MUFU.EX2 for float) after the max.
 constexpr double kLog2e = 1.4426950408889634;
 // Float: one MUFU.EX2; results below 2^-126 flush to 0, which a softmax
 // term that small is anyway next to the row's largest (2^0).
@@ -19,11 +19,6 @@ __device__ __forceinline__ float exp2_acc(float v) {
 __device__ __forceinline__ double exp2_acc(double v) { return exp2(v); }
 __device__ __forceinline__ float max_acc(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double max_acc(double a, double b) { return fmax(a, b); }
-// scale * x rounded on its own (never fused into a following subtraction),
-// so the row's largest scaled value equals the max taken over them exactly.
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-
 // exp(v - top) with v and top in natural units: the difference is taken
 // first, so the maximum gives exactly exp(0) however large the values.
 // (v * log2(e) - top * log2(e) in one FMA leaves v's rounding error in:

@@ -18,14 +18,15 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ 
   const int64_t offset = blockIdx.x * n;
   const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
   const Row<T, A> row = stage_row(x + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
+  const A scale2 = scale * static_cast<A>(kLog2e);
   A top = MaxOp<A>::identity();
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, mul_rn(scale, row[i]));
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale2 * row[i]);
   top = block_allreduce<MaxOp<A>>(top, scratch);
   A sum = 0;
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp_shifted(mul_rn(scale, row[i]), top);
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp2_acc(scale2 * row[i] - top);
   const A inv = A(1) / block_allreduce<SumOp<A>>(sum, scratch);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    y[offset + i] = static_cast<T>(i < valid ? exp_shifted(mul_rn(scale, row[i]), top) * inv : A(0));
+    y[offset + i] = static_cast<T>(i < valid ? exp2_acc(scale2 * row[i] - top) * inv : A(0));
 }
 
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after.
@@ -58,18 +59,19 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
   Pack packs[kPacks];
   load_valid_packs(threads, x + threads.row * n, valid, packs);
+  const A scale2 = scale * static_cast<A>(kLog2e);
   auto for_each_valid = [&](auto&& f) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
 #pragma unroll
       for (int j = 0; j < kVec; ++j)
-        if (threads.group(p) * kVec + j < valid) f(mul_rn(scale, static_cast<A>(packs[p].elem[j])));
+        if (threads.group(p) * kVec + j < valid) f(scale2 * static_cast<A>(packs[p].elem[j]));
   };
   A top = -std::numeric_limits<A>::infinity();
   for_each_valid([&](A v) { top = max_acc(top, v); });
   top = threads.template allreduce<MaxOp<A>>(top);
   A sum = 0;
-  for_each_valid([&](A v) { sum += exp_shifted(v, top); });
+  for_each_valid([&](A v) { sum += exp2_acc(v - top); });
   const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
   Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
 #pragma unroll
@@ -80,8 +82,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 #pragma unroll
     for (int j = 0; j < kVec; ++j)
       result.elem[j] =
-          static_cast<T>(g * kVec + j < valid ? exp_shifted(mul_rn(scale, static_cast<A>(packs[p].elem[j])), top) * inv
-                                              : A(0));
+          static_cast<T>(g * kVec + j < valid ? exp2_acc(scale2 * static_cast<A>(packs[p].elem[j]) - top) * inv : A(0));
     out[g] = result;
   }
 }
@@ -131,22 +132,23 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
   const int valid = causal ? static_cast<int>(row % causal) + 1 : n;
   T* const stage = row_cache<T>(threadIdx.x / kWarpSize, n);  // the warp's slot
   stage_warp_row<kVec>(stage, x + row * n, valid);
+  const A scale2 = scale * static_cast<A>(kLog2e);
   A top = -std::numeric_limits<A>::infinity();
-  for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, mul_rn(scale, v)); });
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, scale2 * v); });
   top = warp_allreduce<MaxOp<A>>(top);
   A sum = 0;
-  for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp_shifted(mul_rn(scale, v), top); });
+  for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(scale2 * v - top); });
   const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
   map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
     if (first + kVec <= valid) {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = exp_shifted(mul_rn(scale, v[j]), top) * inv;
+      for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(scale2 * v[j] - top) * inv;
     } else if (first >= valid) {  // above the diagonal
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[j] = A(0);
     } else {  // the diagonal's group
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp_shifted(mul_rn(scale, v[j]), top) * inv : A(0);
+      for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
     }
   });
 }
