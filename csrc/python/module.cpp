@@ -60,7 +60,7 @@ PYBIND11_MODULE(_C, m) {
   // var, std, var_mean, std_mean: correction as torch takes it (None: 1).
   // Their degrees-of-freedom warning becomes a Python warning, as torch.var's
   // binding makes it (torch.ops leaves TORCH_WARN on stderr).
-  auto moments = [&m](const char* name, auto op) {
+  auto moments = [&m](const char* name, auto* op) {
     m.def(name, [op](const at::Tensor& self, py::handle dim, std::optional<double> correction, bool keepdim) {
       torch::PyWarningHandler handler;
       const auto dims = dim_list(dim);
@@ -68,10 +68,10 @@ PYBIND11_MODULE(_C, m) {
                 keepdim);
     });
   };
-  moments("var", [](auto&&... a) { return fastreduce::var(a...); });
-  moments("std", [](auto&&... a) { return fastreduce::std(a...); });
-  moments("var_mean", [](auto&&... a) { return fastreduce::var_mean(a...); });
-  moments("std_mean", [](auto&&... a) { return fastreduce::std_mean(a...); });
+  moments("var", &fastreduce::var);
+  moments("std", &fastreduce::std);
+  moments("var_mean", &fastreduce::var_mean);
+  moments("std_mean", &fastreduce::std_mean);
   m.def("layer_norm", &fastreduce::layer_norm);
   m.def("rms_norm", &fastreduce::rms_norm);
   m.def("add_layer_norm", &fastreduce::add_layer_norm);

@@ -14,6 +14,12 @@ std::string to_text(at::ScalarType type) { return std::string("torch.") + c10::t
 
 std::string to_text(const at::Device& device) { return device.str(); }
 
+void check_same_device(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
+                       const char* reference_name) {
+  TORCH_CHECK(t.device() == reference.device(), op, ": argument '", argument, "' is on ", to_text(t.device()), " but '",
+              reference_name, "' is on ", to_text(reference.device()));
+}
+
 int64_t wrap_dim(int64_t dim, int64_t ndim) {
   const int64_t n = std::max<int64_t>(ndim, 1);
   TORCH_CHECK_INDEX(dim >= -n && dim < n, "Dimension out of range (expected to be in range of [", to_text(-n), ", ",

@@ -19,6 +19,11 @@ std::string to_text(at::IntArrayRef values);
 std::string to_text(at::ScalarType type);
 std::string to_text(const at::Device& device);
 
+// t on reference's device, or an error naming both arguments (before any
+// kernel touches their memory).
+void check_same_device(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
+                       const char* reference_name);
+
 // dim wrapped into [0, ndim) (a 0-d tensor takes -1 and 0), IndexError
 // otherwise, with torch's message.
 int64_t wrap_dim(int64_t dim, int64_t ndim);

@@ -24,8 +24,7 @@ CrossEntropyArgs check_problem(const at::Tensor& input, const at::Tensor& target
               to_text(target.scalar_type()));
   TORCH_CHECK(target.dim() == 1 && target.size(0) == input.size(0), op, ": argument 'target' must have shape (",
               to_text(input.size(0)), ",), got ", to_text(target.sizes()));
-  TORCH_CHECK(target.device() == input.device(), op, ": argument 'target' is on ", to_text(target.device()),
-              " but 'input' is on ", to_text(input.device()));
+  check_same_device(target, input, op, "target", "input");
   TORCH_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,
               ": argument 'label_smoothing' must be in [0, 1]");
   TORCH_CHECK(input.size(1) > 0 || input.size(0) == 0, op, ": argument 'input' has no classes");
@@ -59,10 +58,9 @@ at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const st
               to_text(grad_loss.numel()), " elements, expected one per row for reduction 'none', else one");
   TORCH_CHECK(lse.numel() == args.rows, op, ": argument 'lse' needs one element per row");
   const bool has_grad_lse = grad_lse.has_value() && grad_lse->defined();
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"grad_loss", &grad_loss}, {"lse", &lse},
-                                {"grad_lse", has_grad_lse ? &*grad_lse : &input}})
-    TORCH_CHECK(t->device() == input.device(), op, ": argument '", name, "' is on ", to_text(t->device()),
-                " but 'input' is on ", to_text(input.device()));
+  check_same_device(grad_loss, input, op, "grad_loss", "input");
+  check_same_device(lse, input, op, "lse", "input");
+  if (has_grad_lse) check_same_device(*grad_lse, input, op, "grad_lse", "input");
   const at::Tensor acc_lse = lse.to(acc_type(input)).contiguous();
   const at::Tensor acc_grad_lse = has_grad_lse ? grad_lse->to(acc_type(input)).contiguous() : at::Tensor();
   const at::Tensor logits = input.contiguous();

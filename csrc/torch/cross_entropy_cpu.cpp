@@ -97,8 +97,9 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
     std::vector<A> buffer, out_buffer(std::is_same_v<T, A> ? 0 : classes);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t t = targets[r];
-      TORCH_CHECK(t == args.ignore_index || (t >= 0 && t < classes), "cross_entropy_backward: argument 'target' holds class ",
-                  to_text(t), ", outside [0, ", to_text(classes), ")");
+      TORCH_CHECK(t == args.ignore_index || (t >= 0 && t < classes),
+                  "cross_entropy_backward: argument 'target' holds class ", to_text(t), ", outside [0, ",
+                  to_text(classes), ")");
       const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
       const V soft(g + (grad_lses ? grad_lses[r] : A(0)));
       const V shift(lses[r]), smooth(g * smoothing / static_cast<A>(classes));

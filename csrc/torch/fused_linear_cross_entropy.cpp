@@ -20,7 +20,7 @@ constexpr const char* kOp = "fused_linear_cross_entropy";
 constexpr int64_t kChunkBytes = int64_t{1} << 28;
 
 struct Problem {
-  int64_t rows, hidden, classes, chunk;
+  int64_t rows, chunk;
   bool sum;  // reduction sum (mean divides by the kept rows; none keeps each row)
   bool none;
 };
@@ -41,16 +41,14 @@ Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tens
               to_text(target.scalar_type()));
   TORCH_CHECK(target.dim() == 1 && target.size(0) == hidden.size(0), kOp, ": argument 'target' must have shape (",
               to_text(hidden.size(0)), ",), got ", to_text(target.sizes()));
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"weight", &weight}, {"target", &target}})
-    TORCH_CHECK(t->device() == hidden.device(), kOp, ": argument '", name, "' is on ", to_text(t->device()),
-                " but 'hidden' is on ", to_text(hidden.device()));
+  check_same_device(weight, hidden, kOp, "weight", "hidden");
+  check_same_device(target, hidden, kOp, "target", "hidden");
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), kOp, ": argument 'bias' must have shape (",
                 to_text(weight.size(0)), ",), got ", to_text(bias->sizes()));
     TORCH_CHECK(bias->scalar_type() == type, kOp, ": argument 'bias' is ", to_text(bias->scalar_type()),
                 " but 'hidden' is ", to_text(type));
-    TORCH_CHECK(bias->device() == hidden.device(), kOp, ": argument 'bias' is on ", to_text(bias->device()),
-                " but 'hidden' is on ", to_text(hidden.device()));
+    check_same_device(*bias, hidden, kOp, "bias", "hidden");
   }
   TORCH_CHECK(reduction == "none" || reduction == "mean" || reduction == "sum", kOp, ": argument 'reduction' is '",
               std::string(reduction), "'; expected 'none', 'mean' or 'sum'");
@@ -61,7 +59,7 @@ Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tens
   const int64_t classes = std::max<int64_t>(weight.size(0), 1);
   const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (classes * hidden.element_size()), 1,
                                             std::max<int64_t>(hidden.size(0), 1));
-  return {hidden.size(0), hidden.size(1), weight.size(0), chunk, reduction == "sum", reduction == "none"};
+  return {hidden.size(0), chunk, reduction == "sum", reduction == "none"};
 }
 
 at::ScalarType acc_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }

@@ -8,10 +8,6 @@
 
 namespace fastreduce {
 
-// t on reference's device, or an error naming both arguments.
-void check_same_device(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
-                       const char* reference_name);
-
 // A float32/float64/float16/bfloat16 tensor, or an error naming `argument`.
 void check_floating(const at::Tensor& t, const char* op, const char* argument);
 

@@ -16,12 +16,6 @@ void check_floating(const at::Tensor& t, const char* op, const char* argument) {
               ": unsupported dtype ", to_text(type), " for argument '", argument, "'; expected a floating dtype");
 }
 
-void check_same_device(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,
-                       const char* reference_name) {
-  TORCH_CHECK(t.device() == reference.device(), op, ": argument '", argument, "' is on ", to_text(t.device()), " but '",
-              reference_name, "' is on ", to_text(reference.device()));
-}
-
 bool is_half_type(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
 
 // Parameters match the input's dtype, or are float32 beside float16/bfloat16
@@ -109,8 +103,7 @@ NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, con
   t.x = input.contiguous();
   if (residual) {
     check_floating(*residual, op, "residual");
-    TORCH_CHECK(residual->device() == input.device(), op, ": argument 'residual' is on ",
-                to_text(residual->device()), " but 'input' is on ", to_text(input.device()));
+    check_same_device(*residual, input, op, "residual", "input");
     check_same_shape(*residual, input, op, "residual", "input");
     // Mixed dtypes promote as torch's add would (a float32 residual stream
     // beside bfloat16 sublayer outputs under autocast): both are cast first.
@@ -144,8 +137,7 @@ NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, con
 // rms_norm's default eps, as torch: the machine epsilon of the accumulator type.
 double default_eps(at::ScalarType type, std::optional<double> eps) {
   if (eps.has_value()) return *eps;
-  return type == at::kDouble ? std::numeric_limits<double>::epsilon()
-                                            : std::numeric_limits<float>::epsilon();
+  return type == at::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
 }
 
 // dx (with grad_residual added when given), and the weight and bias

@@ -210,9 +210,8 @@ at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self
               to_text(grad.scalar_type()));
   TORCH_CHECK(grad.sizes() == result.sizes(), op, ": argument 'grad' has shape ", to_text(grad.sizes()),
               " but 'result' has shape ", to_text(result.sizes()));
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"self", &self}, {"result", &result}})
-    TORCH_CHECK(t->device() == grad.device(), op, ": argument '", name, "' is on ", to_text(t->device()),
-                " but 'grad' is on ", to_text(grad.device()));
+  check_same_device(self, grad, op, "self", "grad");
+  check_same_device(result, grad, op, "result", "grad");
   const at::Tensor x = self.to(grad.scalar_type());
   const std::bitset<kMaxDims> reduced = reduced_dims(self.dim(), dim);
   auto broadcast = [&](at::Tensor t) {

@@ -30,11 +30,10 @@ at::Tensor arg_extremum(ReduceKind kind, const char* op, const at::Tensor& self,
 // any/all give bool, or uint8 for a uint8 input (torch's legacy rule).
 at::Tensor logical(ReduceKind kind, const char* op, const at::Tensor& self, at::OptionalIntArrayRef dim,
                    bool keepdim) {
-  // An empty dim list reduces nothing (torch's any/all; sum reads it as every dim).
-  if (dim.has_value() && dim->empty() && self.dim() > 0)
-    return self.ne(0).to(self.scalar_type() == at::kByte ? at::kByte : at::kBool);
   to_dtype(self.scalar_type(), op);
   const auto out_dtype = self.scalar_type() == at::kByte ? at::kByte : at::kBool;
+  // An empty dim list reduces nothing (torch's any/all; sum reads it as every dim).
+  if (dim.has_value() && dim->empty() && self.dim() > 0) return self.ne(0).to(out_dtype);
   const auto reduced = reduced_dims(self.dim(), dim);
   if (self.numel() == 0)
     return at::full(output_shape(self, reduced, keepdim), kind == ReduceKind::All ? 1 : 0,

@@ -27,12 +27,11 @@ std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self
   const auto reduced = reduced_dims(self.dim(), dim);
   ReduceParams params;
   params.correction = correction.has_value() ? correction->toDouble() : 1.0;
-  // torch's warning (once a process: from C++ it reaches stderr, not Python's
-  // warnings filter, as torch.ops.aten.var's does), then whatever NaN or inf
-  // the formula gives.
+  // torch's warning at every such call (the Python wrappers' bindings make it
+  // a Python warning), then whatever NaN or inf the formula gives.
   if (static_cast<double>(reduced_count(self, reduced)) - params.correction <= 0)
     TORCH_WARN(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor ",
-                    "(input numel divided by output numel).");
+               "(input numel divided by output numel).");
   if (self.numel() == 0) {
     const auto nan = at::full(output_shape(self, reduced, keepdim), std::nan(""), self.options());
     return {nan, with_mean ? nan.clone() : at::Tensor()};
