@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import fastreduce_torch as fr
-from conftest import DEVICES
+from conftest import DEVICES, requires_cuda
 
 OPTIONS = list(itertools.product([False, True], ["mean", "sum", "none"], [0.0, 0.1], [None, 3.0]))
 
@@ -96,11 +96,58 @@ def test_bad_arguments_name_the_argument(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_opcheck(device, reduction):
-    hidden, weight, target, b = inputs(device, torch.float32, bias=True)
-    args = (hidden, weight, target, b, reduction, -100, 0.1, 3.0)
+@pytest.mark.parametrize("bias,reduction,label_smoothing,softcap", OPTIONS, ids=str)
+def test_opcheck(device, bias, reduction, label_smoothing, softcap):
+    hidden, weight, target, b = inputs(device, torch.float32, rows=9, classes=11, bias=bias)
+    args = (hidden, weight, target, b, reduction, -100, label_smoothing, softcap)
     torch.library.opcheck(torch.ops.fastreduce.fused_linear_cross_entropy.default, args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_half_inputs_forward_and_backward(device, dtype, reduction):
+    hidden, weight, target, b = inputs(device, dtype, bias=True)
+    params = [hidden, weight, b]
+    expected = F.cross_entropy(F.linear(hidden, weight, b).float(), target, reduction=reduction, label_smoothing=0.1)
+    grad_out = torch.rand_like(expected)
+    expected_grads = torch.autograd.grad(expected, params, grad_out)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target, b, reduction=reduction, label_smoothing=0.1)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, expected, rtol=1e-2, atol=1e-2)
+    for got, want in zip(torch.autograd.grad(loss, params, grad_out), expected_grads):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("special", [float("nan"), float("inf"), 1e30])
+def test_special_values_like_torch(device, special):
+    hidden, weight, target, _ = inputs(device, torch.float32)
+    hidden = hidden.detach().clone()
+    hidden[3, 2] = special
+    expected = F.cross_entropy(F.linear(hidden, weight.detach()), target, reduction="none")
+    got = fr.fused_linear_cross_entropy(hidden, weight.detach(), target, reduction="none")
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    assert torch.equal(torch.isinf(got), torch.isinf(expected))
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(got[finite], expected[finite], rtol=1e-5, atol=1e-5)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_mixed_devices_are_refused():
+    hidden, weight, target, b = inputs("cuda", torch.float32, bias=True)
+    op = torch.ops.fastreduce.fused_linear_cross_entropy
+    for args, name in (((hidden, weight.cpu(), target, b), "weight"), ((hidden, weight, target.cpu(), b), "target"),
+                       ((hidden, weight, target, b.cpu()), "bias")):
+        with pytest.raises(RuntimeError, match=f"'{name}' is on cpu"):
+            op(*args)
+    loss, lse = op(hidden, weight, target, b, "none")
+    with pytest.raises(RuntimeError, match="'lse'|'target'|'weight'"):
+        torch.ops.fastreduce.fused_linear_cross_entropy_backward(torch.ones_like(loss), hidden, weight, target.cpu(),
+                                                                 b, lse, "none", -100, 0.0, None)
+    torch.cuda.synchronize()
 
 
 @pytest.mark.parametrize("device", DEVICES)
