@@ -142,6 +142,11 @@ def _check_norm(name: str, input: Tensor, normalized_shape, residual: Tensor | N
             param is None or list(param.shape) == list(normalized_shape),
             lambda: f"{name}: argument '{argument}' has shape {list(param.shape)}, expected {list(normalized_shape)}",
         )
+    weight, bias = params.get("weight"), params.get("bias")
+    torch._check(
+        weight is None or bias is None or weight.dtype == bias.dtype,
+        lambda: f"{name}: argument 'bias' has dtype {bias.dtype} but 'weight' has dtype {weight.dtype}",
+    )
     k = len(normalized_shape)
     torch._check(
         k >= 1 and input.dim() >= k and list(input.shape[input.dim() - k:]) == list(normalized_shape),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .reductions import DimArg, _check_dtype, _fake_like, _torch_dims
+from .reductions import DimArg, _check_dtype, _fake_like
 
 _ops = torch.ops.fastreduce
 
@@ -59,10 +59,7 @@ def _aminmax_fake(self, *, dim=None, keepdim=False):
 
 def _logical_fake(name, torch_fn, self, dim, keepdim):
     _check_dtype(name, self.dtype, "self")
-    dims = _torch_dims(dim)
-    reference = torch_fn(self) if dims is None and not keepdim else torch_fn(
-        self, tuple(dims if dims is not None else range(self.dim())), keepdim)
-    return _fake_like(reference, self)
+    return _fake_like(torch_fn(self, dim=dim, keepdim=keepdim), self)  # dim=[] reduces nothing, as torch
 
 
 @torch.library.register_fake("fastreduce::any")

@@ -35,19 +35,15 @@ def test_foreach_norm_of_an_empty_tensor(device):
         torch.testing.assert_close(ours, theirs)
 
 
-# CUDA softmax scales by log2(e) in the FMA that subtracts the maximum, which
-# leaves x's rounding error in (1e11 at 1e18: NaN). Subtracting first cost
-# 15-23% on the bfloat16 rows on the H100, so it waits (issue 28, item 3).
-CUDA_SOFTMAX_OPEN = pytest.mark.xfail(reason="issue 28 item 3: CUDA softmax of huge logits", strict=False)
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[requires_cuda, pytest.mark.cuda,
-                                                                        CUDA_SOFTMAX_OPEN])])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("magnitude", [1e4, 1e18])
 def test_softmax_of_huge_logits(device, magnitude):
     x = (torch.rand(4, 8, device=device) + 1) * magnitude
     for dim in (0, 1):
         torch.testing.assert_close(fr.softmax(x, dim), torch.softmax(x, dim))
+    for n in (3000, 40000):  # the register-row and block kernels
+        x = (torch.rand(3, n, device=device) + 1) * magnitude
+        torch.testing.assert_close(fr.softmax(x, -1), torch.softmax(x, -1))
     scores = (torch.rand(2, 8, 8, device=device) + 1) * magnitude
     upper = torch.ones(8, 8, dtype=torch.bool, device=device).triu(1)
     expected = torch.softmax((0.5 * scores).masked_fill(upper, float("-inf")), -1)

@@ -262,9 +262,10 @@ def test_parameter_gradients_folded_in_one_launch(dtype, rows, n):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("rows, n", [(64, 96), (3000, 4096), (9000, 1600), (64, 20000)])
-def test_parameter_gradients_in_each_parameters_dtype(device, dtype, rows, n):
-    # A half weight beside a float32 bias and the reverse: each gradient in
-    # its parameter's dtype, written so by the launch that folds the partial
+def test_parameter_gradients_in_the_parameters_dtype(device, dtype, rows, n):
+    # Half parameters and float32 ones beside half input (one dtype for both,
+    # as torch requires): each gradient in its parameter's dtype, written so by
+    # the launch that folds the partial
     # rows of the dx kernel (warp rows at 96, block rows at 4096 and 1600) or
     # of the separate pass over rows too long for registers (20000). Against
     # float64, within the rounding of the parameter's dtype.
@@ -278,7 +279,7 @@ def test_parameter_gradients_in_each_parameters_dtype(device, dtype, rows, n):
                                    atol=rounding[param.dtype] * exact.abs().max().item())
 
     as_double = lambda *ts: [t.detach().double().requires_grad_() for t in ts]  # noqa: E731
-    for w_dtype, b_dtype in [(dtype, torch.float32), (torch.float32, dtype)]:
+    for w_dtype, b_dtype in [(dtype, dtype), (torch.float32, torch.float32)]:
         w = torch.randn(n, device=device).to(w_dtype).requires_grad_()
         b = torch.randn(n, device=device).to(b_dtype).requires_grad_()
         dw, db = torch.autograd.grad(fr.layer_norm(x, n, w, b), (w, b), g)

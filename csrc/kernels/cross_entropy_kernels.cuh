@@ -115,7 +115,9 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   state = block_merge(state);
   if (threadIdx.x != 0) return;
   const A log_sum = log(state.sum);
-  lse[row] = state.max + log_sum;
+  // A row holding +inf has lse +inf, as torch.logsumexp (log_sum, and so the
+  // loss and gradient, stay NaN); an all -inf row gives -inf.
+  lse[row] = isinf(state.max) ? state.max : state.max + log_sum;
   const int64_t t = a.target[row];
   A loss = 0;
   if (t != a.ignore_index) {
@@ -178,7 +180,8 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const int64_t t = a.target[row];
   const A g = t == a.ignore_index ? A(0) : grad_loss ? static_cast<A>(grad_loss[row]) : *scale;
   const A soft = g + (grad_lse ? grad_lse[row] : A(0));
-  const A shift = lse[row];
+  // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
+  const A shift = isinf(lse[row]) && lse[row] > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse[row];
   const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
   auto* out = reinterpret_cast<VecN<T, kVec>*>(grad_input + row * a.classes);
   for_each_pack<kVec>(a.logits + row * a.classes, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) {

@@ -19,10 +19,17 @@ __device__ __forceinline__ float exp2_acc(float v) {
 __device__ __forceinline__ double exp2_acc(double v) { return exp2(v); }
 __device__ __forceinline__ float max_acc(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double max_acc(double a, double b) { return fmax(a, b); }
+// exp2(scale2 * v - top) in one FMA is exact up to top's own rounding, which
+// shifts every exponent of the row alike and cancels in the normalisation,
+// as long as that shift (at most half an ulp of top) keeps exp2 in range:
+// |top| < 2^24 bounds it by 1. Rows beyond (and inf/NaN tops) subtract the
+// maximum in natural units first, as torch does.
+template <typename A>
+__device__ __forceinline__ bool fma_shift_in_range(A top) {
+  return fabs(top) < A(16777216);
+}
 // exp(v - top) with v and top in natural units: the difference is taken
 // first, so the maximum gives exactly exp(0) however large the values.
-// (v * log2(e) - top * log2(e) in one FMA leaves v's rounding error in:
-// ~1e11 at 1e18, and exp2 of that is inf.)
 template <typename A>
 __device__ __forceinline__ A exp_shifted(A v, A top) {
   return exp2_acc((v - top) * static_cast<A>(kLog2e));

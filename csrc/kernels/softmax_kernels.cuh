@@ -22,11 +22,22 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ 
   A top = MaxOp<A>::identity();
   for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale2 * row[i]);
   top = block_allreduce<MaxOp<A>>(top, scratch);
-  A sum = 0;
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp2_acc(scale2 * row[i] - top);
-  const A inv = A(1) / block_allreduce<SumOp<A>>(sum, scratch);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    y[offset + i] = static_cast<T>(i < valid ? exp2_acc(scale2 * row[i] - top) * inv : A(0));
+  auto normalise = [&](auto exponent) {
+    A sum = 0;
+    for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp2_acc(exponent(row[i]));
+    const A inv = A(1) / block_allreduce<SumOp<A>>(sum, scratch);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      y[offset + i] = static_cast<T>(i < valid ? exp2_acc(exponent(row[i])) * inv : A(0));
+  };
+  if (fma_shift_in_range(top)) {
+    normalise([&](A v) { return scale2 * v - top; });
+  } else {
+    A top_natural = MaxOp<A>::identity();
+    for (int64_t i = threadIdx.x; i < valid; i += blockDim.x)
+      top_natural = MaxOp<A>::combine(top_natural, scale * row[i]);
+    top_natural = block_allreduce<MaxOp<A>>(top_natural, scratch);
+    normalise([&](A v) { return (scale * v - top_natural) * static_cast<A>(kLog2e); });
+  }
 }
 
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after.
@@ -59,31 +70,41 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
   Pack packs[kPacks];
   load_valid_packs(threads, x + threads.row * n, valid, packs);
-  const A scale2 = scale * static_cast<A>(kLog2e);
   auto for_each_valid = [&](auto&& f) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
 #pragma unroll
       for (int j = 0; j < kVec; ++j)
-        if (threads.group(p) * kVec + j < valid) f(scale2 * static_cast<A>(packs[p].elem[j]));
+        if (threads.group(p) * kVec + j < valid) f(static_cast<A>(packs[p].elem[j]));
   };
+  const A scale2 = scale * static_cast<A>(kLog2e);
   A top = -std::numeric_limits<A>::infinity();
-  for_each_valid([&](A v) { top = max_acc(top, v); });
+  for_each_valid([&](A v) { top = max_acc(top, scale2 * v); });
   top = threads.template allreduce<MaxOp<A>>(top);
-  A sum = 0;
-  for_each_valid([&](A v) { sum += exp2_acc(v - top); });
-  const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
-  Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
+  auto normalise = [&](auto exponent) {
+    A sum = 0;
+    for_each_valid([&](A v) { sum += exp2_acc(exponent(v)); });
+    const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
+    Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int g = threads.group(p);
-    if (g >= n / kVec) continue;
-    Pack result;
+    for (int p = 0; p < kPacks; ++p) {
+      const int g = threads.group(p);
+      if (g >= n / kVec) continue;
+      Pack result;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j)
-      result.elem[j] =
-          static_cast<T>(g * kVec + j < valid ? exp2_acc(scale2 * static_cast<A>(packs[p].elem[j]) - top) * inv : A(0));
-    out[g] = result;
+      for (int j = 0; j < kVec; ++j)
+        result.elem[j] =
+            static_cast<T>(g * kVec + j < valid ? exp2_acc(exponent(static_cast<A>(packs[p].elem[j]))) * inv : A(0));
+      out[g] = result;
+    }
+  };
+  if (fma_shift_in_range(top)) {
+    normalise([&](A v) { return scale2 * v - top; });
+  } else {
+    A top_natural = -std::numeric_limits<A>::infinity();
+    for_each_valid([&](A v) { top_natural = max_acc(top_natural, scale * v); });
+    top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
+    normalise([&](A v) { return (scale * v - top_natural) * static_cast<A>(kLog2e); });
   }
 }
 
@@ -136,22 +157,31 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
   A top = -std::numeric_limits<A>::infinity();
   for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, scale2 * v); });
   top = warp_allreduce<MaxOp<A>>(top);
-  A sum = 0;
-  for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(scale2 * v - top); });
-  const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
-  map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
-    if (first + kVec <= valid) {
+  auto normalise = [&](auto exponent) {
+    A sum = 0;
+    for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(exponent(v)); });
+    const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
+    map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
+      if (first + kVec <= valid) {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(scale2 * v[j] - top) * inv;
-    } else if (first >= valid) {  // above the diagonal
+        for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(exponent(v[j])) * inv;
+      } else if (first >= valid) {  // above the diagonal
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = A(0);
-    } else {  // the diagonal's group
+        for (int j = 0; j < kVec; ++j) v[j] = A(0);
+      } else {  // the diagonal's group
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(scale2 * v[j] - top) * inv : A(0);
-    }
-  });
+        for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(exponent(v[j])) * inv : A(0);
+      }
+    });
+  };
+  if (fma_shift_in_range(top)) {
+    normalise([&](A v) { return scale2 * v - top; });
+  } else {
+    A top_natural = -std::numeric_limits<A>::infinity();
+    for_each_staged<kVec, A>(stage, valid, [&](A v) { top_natural = max_acc(top_natural, scale * v); });
+    top_natural = warp_allreduce<MaxOp<A>>(top_natural);
+    normalise([&](A v) { return (scale * v - top_natural) * static_cast<A>(kLog2e); });
+  }
 }
-
 
 }  // namespace fastreduce

@@ -176,7 +176,9 @@ using NormAcc = std::conditional_t<sizeof(In) == 8 || (sizeof(In) == 2 && (kOrde
 
 // Calls f(op, TypeTag<In>{}, TypeTag<Sink>{}) for var (var/std/var_mean/std_mean),
 // logsumexp or norm over a floating `dtype`; other kinds and dtypes give `refused`.
-template <typename Half, typename BFloat16, typename R, typename F>
+// kDoubleMoments: var of float types in double, as torch's CPU kernels (a
+// float32 of 1e20 squared overflows float); torch's CUDA ones stay in float.
+template <typename Half, typename BFloat16, bool kDoubleMoments, typename R, typename F>
 R visit_statistic(ReduceKind kind, DType dtype, const ReduceParams& params, int64_t len, R refused, F&& f) {
   return visit_dtype<Half, BFloat16>(dtype, [&](auto tag) -> R {
     using In = typename decltype(tag)::type;
@@ -187,7 +189,8 @@ R visit_statistic(ReduceKind kind, DType dtype, const ReduceParams& params, int6
       switch (kind) {
         case ReduceKind::Var:
           if (params.acc_outputs) return f(VarOp<A>::make(params, len), tag, TypeTag<PairSink<A>>{});
-          return f(VarOp<A>::make(params, len), tag, TypeTag<PairSink<In>>{});
+          return f(VarOp<std::conditional_t<kDoubleMoments, double, A>>::make(params, len), tag,
+                   TypeTag<PairSink<In>>{});
         case ReduceKind::LogSumExp: return f(LogSumExpOp<A>::make(params, len), tag, TypeTag<In*>{});
         case ReduceKind::Norm: {
           auto norm = [&](auto order) {

@@ -12,7 +12,7 @@ namespace {
 struct Visit {
   template <typename F>
   cudaError_t operator()(const ReduceProblem& p, F&& f) const {
-    return visit_statistic<__half, __nv_bfloat16>(p.kind, p.dtype, p.params, p.len, cudaErrorInvalidValue, f);
+    return visit_statistic<__half, __nv_bfloat16, false>(p.kind, p.dtype, p.params, p.len, cudaErrorInvalidValue, f);
   }
 };
 

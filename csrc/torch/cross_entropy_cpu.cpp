@@ -19,8 +19,7 @@ using cpu::Vec;
 
 // log(sum(exp(row))) as its two terms, the largest logit and
 // log(sum(exp(row - largest))), so that a loss can take (largest - x[t]) first
-// and huge logits do not cancel; lse is their sum: -inf for an all -inf row,
-// NaN with any NaN or +inf.
+// and huge logits do not cancel; the second is NaN with any NaN or +inf.
 template <typename A>
 std::pair<A, A> log_sum_exp(const A* row, int64_t classes) {
   using V = Vec<A>;
@@ -29,6 +28,19 @@ std::pair<A, A> log_sum_exp(const A* row, int64_t classes) {
   const A total = at::vec::map_reduce_all<A>([top](V v) { return (v - V(top)).exp(); },
                                              [](V a, V b) { return a + b; }, row, classes);
   return {top, std::log(total)};
+}
+
+// A row holding +inf has lse +inf, as torch.logsumexp (its log_sum, and so
+// its loss and gradient, stay NaN); -inf rows give -inf.
+template <typename A>
+A row_lse(A top, A log_sum) {
+  return std::isinf(top) ? top : top + log_sum;
+}
+
+// The backward's exp(x - shift): NaN for a +inf row, as torch's softmax there.
+template <typename A>
+A gradient_shift(A lse) {
+  return lse == std::numeric_limits<A>::infinity() ? std::numeric_limits<A>::quiet_NaN() : lse;
 }
 
 // The divisor of reduction "mean": the rows whose target is not ignored.
@@ -54,7 +66,7 @@ void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor
     for (int64_t r = begin; r < end; ++r) {
       const A* row = cpu::widen(xs + r * classes, classes, buffer);
       const auto [top, log_sum] = log_sum_exp(row, classes);
-      lses[r] = top + log_sum;
+      lses[r] = row_lse(top, log_sum);
       const int64_t t = targets[r];
       if (t == args.ignore_index) {
         row_loss[r] = 0;
@@ -102,7 +114,7 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
                   to_text(classes), ")");
       const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
       const V soft(g + (grad_lses ? grad_lses[r] : A(0)));
-      const V shift(lses[r]), smooth(g * smoothing / static_cast<A>(classes));
+      const V shift(gradient_shift(lses[r])), smooth(g * smoothing / static_cast<A>(classes));
       const A* row = cpu::widen(xs + r * classes, classes, buffer);
       A* out = std::is_same_v<T, A> ? reinterpret_cast<A*>(dxs + r * classes) : out_buffer.data();
       int64_t i = 0;

@@ -9,6 +9,8 @@
 #include "common.h"
 #include "dispatch.h"
 
+#include <limits>
+
 namespace fastreduce {
 namespace {
 
@@ -73,9 +75,11 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std
 }
 
 // Each row's loss in the accumulator type, from its log-sum-exp:
-// (1 - eps) (lse - z_target) + eps (lse - mean z), 0 on ignored rows.
-at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& lse,
+// (1 - eps) (lse - z_target) + eps (lse - mean z), 0 on ignored rows; NaN
+// on a row holding +inf (lse +inf), as torch's log_softmax there.
+at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
                       int64_t ignore_index, double label_smoothing) {
+  const at::Tensor lse = at::where(at::isposinf(row_lse), std::numeric_limits<double>::quiet_NaN(), row_lse);
   const at::Tensor kept = target != ignore_index;
   const at::Tensor index = at::where(kept, target, at::zeros({}, target.options())).unsqueeze(1);
   at::Tensor loss = (lse - logits.gather(1, index).squeeze(1).to(lse.scalar_type())) * (1.0 - label_smoothing);

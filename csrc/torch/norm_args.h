@@ -14,9 +14,9 @@ void check_floating(const at::Tensor& t, const char* op, const char* argument);
 bool is_half_type(at::ScalarType type);
 
 // weight/bias: on input's device, of normalized_shape, the input's dtype or
-// float32 beside half input.
-void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
-                 const char* op, const char* argument);
+// float32 beside half input, and one dtype for both.
+void check_params(const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                  const at::Tensor& input, at::IntArrayRef normalized_shape, const char* op);
 
 const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t);
 

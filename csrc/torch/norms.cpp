@@ -20,7 +20,7 @@ bool is_half_type(at::ScalarType type) { return type == at::kHalf || type == at:
 
 // Parameters match the input's dtype, or are float32 beside float16/bfloat16
 // activations (mixed precision), as torch accepts.
-void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
+static void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input, at::IntArrayRef normalized_shape,
                  const char* op, const char* argument) {
   if (!param.has_value() || !param->defined()) return;
   check_same_device(*param, input, op, argument, "input");
@@ -34,6 +34,18 @@ void check_param(const std::optional<at::Tensor>& param, const at::Tensor& input
 
 const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? &*t : nullptr;
+}
+
+// Each parameter as check_param; both in one dtype, as torch requires.
+void check_params(const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                  const at::Tensor& input, at::IntArrayRef normalized_shape, const char* op) {
+  check_param(weight, input, normalized_shape, op, "weight");
+  check_param(bias, input, normalized_shape, op, "bias");
+  const at::Tensor* w = defined_or_null(weight);
+  const at::Tensor* b = defined_or_null(bias);
+  if (w && b)
+    TORCH_CHECK(w->scalar_type() == b->scalar_type(), op, ": argument 'bias' has dtype ", to_text(b->scalar_type()),
+                " but 'weight' has dtype ", to_text(w->scalar_type()), "; expected the same dtype");
 }
 
 // The kernels take the parameters in the input's dtype (a copy of n elements
@@ -66,8 +78,7 @@ std::pair<int64_t, int64_t> layer_norm_rows(const at::Tensor& input, at::IntArra
   TORCH_CHECK(input.dim() >= k && input.sizes().slice(input.dim() - k) == normalized_shape, op,
               ": argument 'normalized_shape' is ", to_text(normalized_shape), ", expected input with shape [*, ",
               to_text(normalized_shape).substr(1), ", but got input of size ", to_text(input.sizes()));
-  const int64_t n = c10::multiply_integers(normalized_shape);
-  return {n == 0 ? 0 : input.numel() / n, n};
+  return {c10::multiply_integers(input.sizes().slice(0, input.dim() - k)), c10::multiply_integers(normalized_shape)};
 }
 
 bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& weight,
@@ -112,8 +123,7 @@ NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, con
     t.residual = residual->to(type).contiguous();
     t.residual_out = at::empty_like(t.x);
   }
-  check_param(weight, t.x, normalized_shape, op, "weight");
-  check_param(bias, t.x, normalized_shape, op, "bias");
+  check_params(weight, bias, t.x, normalized_shape, op);
   const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
   t.y = at::empty_like(t.x);
   // rms_norm keeps rstd in the accumulator type on the CPU too (no aten
@@ -155,8 +165,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
     check_like(*carried, input, op, "grad_residual", "input");
     check_same_shape(*carried, input, op, "grad_residual", "input");
   }
-  check_param(weight, input, normalized_shape, op, "weight");
-  check_param(bias, input, normalized_shape, op, "bias");
+  check_params(weight, bias, input, normalized_shape, op);
   const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
   TORCH_CHECK(rstd.numel() == rows && (!mean || mean->numel() == rows), op, ": the statistics need ", to_text(rows),
               " elements each, got ", to_text(rstd.numel()));
@@ -182,8 +191,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   if (w || b) t.dweight = grad_for(w);
   if (kind.centered && (w || b)) t.dbias = grad_for(b);
   const NormArgs args{rows, n, 0, 0};
-  if (input.is_cuda()) norm_backward_cuda(t, kind.centered, args);
-  else norm_backward_cpu(t, kind.centered, args);
+  if (n > 0) {  // rows of no elements have empty gradients
+    if (input.is_cuda()) norm_backward_cuda(t, kind.centered, args);
+    else norm_backward_cpu(t, kind.centered, args);
+  }
   const auto none = input.new_empty({0});
   return {t.dx, w ? t.dweight : none, b ? t.dbias : none};
 }

@@ -212,8 +212,10 @@ at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self
               " but 'result' has shape ", to_text(result.sizes()));
   check_same_device(self, grad, op, "self", "grad");
   check_same_device(result, grad, op, "result", "grad");
-  const at::Tensor x = self.to(grad.scalar_type());
   const std::bitset<kMaxDims> reduced = reduced_dims(self.dim(), dim);
+  // The product of a 0-d tensor is itself: its gradient is grad, as torch's (NaN or not).
+  if (self.dim() == 0) return grad.to(self.scalar_type());
+  const at::Tensor x = self.to(grad.scalar_type());
   auto broadcast = [&](at::Tensor t) {
     if (!keepdim && self.dim() > 0) {
       for (int64_t d = 0; d < self.dim(); ++d)

@@ -283,7 +283,7 @@ void reduce_cpu(ReduceKind kind, const ReduceParams& params, const at::Tensor& i
     using Types = ReduceTypes<decltype(k)::value, typename decltype(tag)::type>;
     return run(Types::op_t::make(params, len), tag, TypeTag<typename Types::out_t*>{});
   });
-  if (!done) done = visit_statistic<c10::Half, c10::BFloat16>(kind, dtype, params, len, false, run);
+  if (!done) done = visit_statistic<c10::Half, c10::BFloat16, true>(kind, dtype, params, len, false, run);
   if (!done) done = visit_selection<c10::Half, c10::BFloat16>(kind, dtype, false, run);
   TORCH_CHECK(done, "fastreduce: no CPU kernel for this reduction and dtype ", to_text(input.scalar_type()));
 }

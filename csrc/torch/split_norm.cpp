@@ -67,8 +67,7 @@ at::Tensor backend::normalize_rows(const at::Tensor& input, const std::optional<
   if (centered) t.mean = mean->contiguous();
   t.rstd = rstd.contiguous();
   const int64_t n = input.size(-1);
-  check_param(weight, input, {n}, op, "weight");
-  check_param(bias, input, {n}, op, "bias");
+  check_params(weight, bias, input, {n}, op);
   t.weight = kernel_param(weight, input);
   t.bias = kernel_param(bias, input);
   t.y = at::empty_like(t.x);

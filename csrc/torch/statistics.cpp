@@ -29,7 +29,9 @@ std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self
   params.correction = correction.has_value() ? correction->toDouble() : 1.0;
   // torch's warning at every such call (the Python wrappers' bindings make it
   // a Python warning), then whatever NaN or inf the formula gives.
-  if (static_cast<double>(reduced_count(self, reduced)) - params.correction <= 0)
+  // (torch counts 0 elements per output whenever the input is empty).
+  const int64_t count = self.numel() == 0 ? 0 : reduced_count(self, reduced);
+  if (static_cast<double>(count) - params.correction <= 0)
     TORCH_WARN(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor ",
                "(input numel divided by output numel).");
   if (self.numel() == 0) {
@@ -98,6 +100,10 @@ at::Tensor backend::norm(const at::Tensor& self, const at::Scalar& ord, at::Opti
     return at::zeros(output_shape(x, reduced, keepdim), x.options());
   }
   if (x.numel() == 0) return at::empty(output_shape(x, reduced, keepdim), x.options());
+  // One element per output: |x| (x != 0 for ord 0), as torch, with no power
+  // and root to overflow on the way.
+  if (reduced_count(x, reduced) == 1)
+    return (p == 0 ? (x != 0).to(compute) : x.abs()).reshape(output_shape(x, reduced, keepdim));
   ReduceParams params;
   params.ord = p;
   return run_reduction(ReduceKind::Norm, params, x, reduced, keepdim, compute).first;

@@ -1,0 +1,82 @@
+"""The differential fuzz suite (tests/fuzz.py): every operator and backward
+operator against torch's counterpart, in child processes so that a crash
+fails the case it happened in and names it.
+
+FASTREDUCE_FUZZ_CASES sets the cases per operator (default 40);
+FASTREDUCE_FUZZ_WRAP runs the children under a command, e.g.
+`compute-sanitizer --tool memcheck`, whose error reports fail the case they
+appear in."""
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fuzz
+from conftest import DEVICES
+
+CASES = int(os.environ.get("FASTREDUCE_FUZZ_CASES", "40"))
+WRAP = shlex.split(os.environ.get("FASTREDUCE_FUZZ_WRAP", ""))
+SANITIZER_PREFIX = "========="
+
+
+def run_cases(device, jobs):
+    """{(op, index): None or the failure}, restarting the child after a crash."""
+    results, pending = {}, list(jobs)
+    while pending:
+        child = subprocess.run([*WRAP, sys.executable, fuzz.__file__, "--worker", "--device", device],
+                               input="".join(f"{op} {i}\n" for op, i in pending), capture_output=True, text=True)
+        current = None
+        for line in child.stdout.splitlines():
+            if line.startswith("start "):
+                _, op, index = line.split()
+                current = (op, int(index))
+            elif current and line == "ok":
+                results.setdefault(current, None)
+                current = None
+            elif current and line.startswith("fail "):
+                results[current] = line[5:]
+                current = None
+            elif line.startswith(SANITIZER_PREFIX) and "ERROR SUMMARY: 0 errors" not in line:
+                last = current or next(reversed(results), None)
+                if last and ("Invalid" in line or "Error" in line or "error" in line):
+                    results[last] = (results.get(last) or "") + " sanitizer: " + line[len(SANITIZER_PREFIX):].strip()
+        if current:
+            tail = " | ".join(child.stderr.strip().splitlines()[-3:])
+            results[current] = f"crashed the process (exit {child.returncode}): {tail}"
+        elif child.returncode and not any(results.get(j) for j in pending):
+            results[pending[-1]] = f"the child exited {child.returncode}: {child.stderr.strip()[-300:]}"
+        pending = [job for job in pending if job not in results]
+    return results
+
+
+@pytest.fixture(scope="module")
+def outcomes(request):
+    cache = {}
+
+    def of(device):
+        if device not in cache:
+            cache[device] = run_cases(device, [(op, i) for op in sorted(fuzz.OPS) for i in range(CASES)])
+        return cache[device]
+
+    return of
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", sorted(fuzz.OPS))
+def test_fuzz(op, device, outcomes):
+    results = outcomes(device)
+    failures = [f"{fuzz.reproducer(op, i, device)}\n    {results[(op, i)]}\n    case: {fuzz.describe(op, i, device)}"
+                for i in range(CASES) if results.get((op, i))]
+    assert len([i for i in range(CASES) if (op, i) in results]) == CASES
+    assert not failures, f"{len(failures)} of {CASES} cases differ from torch:\n" + "\n".join(failures)
+
+
+def test_cases_are_reproducible():
+    assert fuzz.describe("layer_norm", 7, "cpu") == fuzz.describe("layer_norm", 7, "cpu")
+    assert fuzz.check("sum", 3, "cpu") is None or fuzz.check("sum", 3, "cpu") == fuzz.check("sum", 3, "cpu")
+    assert torch.equal(fuzz.Case("sum", 3, "cpu").values([5], torch.float32),
+                       fuzz.Case("sum", 3, "cpu").values([5], torch.float32))
