@@ -145,7 +145,12 @@ def _logsumexp_fake(self, dim, keepdim=False):
 @torch.library.register_fake("fastreduce::norm")
 def _norm_fake(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     _check_dtype("norm", self.dtype, "self")
-    return _fake_like(torch.linalg.vector_norm(self, ord, _torch_dims(dim), keepdim, dtype=dtype), self)
+    reference = torch.linalg.vector_norm(self, ord, _torch_dims(dim), keepdim, dtype=dtype)  # dtype rules, checks
+    # The shape from the dims: torch 2.11's meta keeps a reduced dim of size 1.
+    reduced = set(range(self.dim())) if not dim else {d % max(self.dim(), 1) for d in dim}
+    shape = [1 if d in reduced else s for d, s in enumerate(self.shape)] if keepdim else \
+        [s for d, s in enumerate(self.shape) if d not in reduced]
+    return self.new_empty(shape, dtype=reference.dtype)
 
 
 @torch.library.register_fake("fastreduce::foreach_norm")

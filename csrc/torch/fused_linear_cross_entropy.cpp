@@ -79,12 +79,15 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std
 // on a row holding +inf (lse +inf), as torch's log_softmax there.
 at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
                       int64_t ignore_index, double label_smoothing) {
-  const at::Tensor lse = at::where(at::isposinf(row_lse), std::numeric_limits<double>::quiet_NaN(), row_lse);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor lse = at::where(at::isposinf(row_lse), nan, row_lse);
   const at::Tensor kept = target != ignore_index;
-  const at::Tensor index = at::where(kept, target, at::zeros({}, target.options())).unsqueeze(1);
+  // A class outside [0, classes) reads class 0 and gives NaN: no host check (a sync), no device assert.
+  const at::Tensor in_range = target.ge(0).logical_and(target.lt(logits.size(1)));
+  const at::Tensor index = at::where(kept.logical_and(in_range), target, at::zeros({}, target.options())).unsqueeze(1);
   at::Tensor loss = (lse - logits.gather(1, index).squeeze(1).to(lse.scalar_type())) * (1.0 - label_smoothing);
   if (label_smoothing > 0.0) loss += (lse - call_mean(logits, at::IntArrayRef{1}, false, lse.scalar_type())) * label_smoothing;
-  return at::where(kept, loss, at::zeros({}, loss.options()));
+  return at::where(kept, at::where(in_range, loss, nan), at::zeros({}, loss.options()));
 }
 
 // The three gradients, filled chunk by chunk: a chunk's logit gradient gives

@@ -191,9 +191,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   if (w || b) t.dweight = grad_for(w);
   if (kind.centered && (w || b)) t.dbias = grad_for(b);
   const NormArgs args{rows, n, 0, 0};
-  if (n > 0) {  // rows of no elements have empty gradients
+  if (rows > 0 && n > 0) {
     if (input.is_cuda()) norm_backward_cuda(t, kind.centered, args);
     else norm_backward_cpu(t, kind.centered, args);
+  } else {  // no rows, or rows of no elements: zero parameter gradients
+    if (t.dweight.defined()) t.dweight.zero_();
+    if (t.dbias.defined()) t.dbias.zero_();
   }
   const auto none = input.new_empty({0});
   return {t.dx, w ? t.dweight : none, b ? t.dbias : none};
