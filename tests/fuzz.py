@@ -448,6 +448,8 @@ def _on_cpu(fn):
 
 def _layer_norm_ref(x, normalized, weight, bias, eps):
     _contract_params(x, weight, bias)
+    if x.is_cuda and any(p is not None and p.dtype != x.dtype for p in (weight, bias)):
+        return _on_cpu(torch.native_layer_norm)(x, normalized, weight, bias, eps)  # statistics float32 as on CUDA
     return torch.native_layer_norm(x, normalized, weight, bias, eps)
 
 
@@ -455,8 +457,10 @@ def _layer_norm_ref(x, normalized, weight, bias, eps):
 def _layer_norm(case):
     x, normalized = _norm_input(case)
     weight, bias = _param(case, "weight", normalized, x), _param(case, "bias", normalized, x)
-    return Trial(ops.layer_norm, (x, normalized, weight, bias, _eps(case)), {}, _on_cpu(_layer_norm_ref),
-                 loose_nonfinite=(1, 2))
+    eps = _eps(case)
+    # eps 0 over a constant row: 0 * inf, NaN or inf by the order of the terms.
+    return Trial(ops.layer_norm, (x, normalized, weight, bias, eps), {}, _layer_norm_ref,
+                 loose_nonfinite=(0, 1, 2) if eps == 0 else (1, 2))
 
 
 def _rms_norm_ref(x, normalized, weight=None, eps=None):
@@ -497,8 +501,9 @@ def _add_layer_norm(case):
         out, mean, rstd = _layer_norm_ref(h, normalized, weight, bias, eps)
         return out, h, mean, rstd
 
-    return Trial(ops.add_layer_norm, (x, residual, normalized, weight, bias, _eps(case)), {}, _on_cpu(theirs),
-                 loose_nonfinite=(2, 3))
+    eps = _eps(case)
+    return Trial(ops.add_layer_norm, (x, residual, normalized, weight, bias, eps), {}, theirs,
+                 loose_nonfinite=(0, 2, 3) if eps == 0 else (2, 3))
 
 
 @op("add_rms_norm")

@@ -31,6 +31,7 @@ at::Tensor backend::sum_variant(const at::Tensor& self, c10::string_view variant
   if (!self.is_cuda()) return backend::sum(self, at::OptionalIntArrayRef(), false, std::nullopt);
   const at::Tensor flat = self.contiguous().view(-1);
   at::Tensor out = at::empty({}, self.options().dtype(type == at::kInt ? at::kLong : type));
+  if (flat.numel() == 0) return out.zero_();  // no grid to launch (some rungs size theirs from n)
   ladder_cuda(rung, flat, out);
   return out;
 }
