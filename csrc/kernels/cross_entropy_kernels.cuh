@@ -169,12 +169,13 @@ __global__ void cross_entropy_grad_scale_kernel(CrossEntropyArgs<T> a, const T* 
 }
 
 // `grad_loss`: per row (None) or null with `scale` holding the scalar;
-// `grad_lse` may be null.
+// `grad_lse` may be null. `grad_input` may be the logits themselves (in
+// place): each element is read, then written, by one thread.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_backward_kernel(CrossEntropyArgs<T> a, const T* __restrict__ grad_loss,
                                   const opmath_t<T>* __restrict__ scale, const opmath_t<T>* __restrict__ grad_lse,
-                                  const opmath_t<T>* __restrict__ lse, T* __restrict__ grad_input) {
+                                  const opmath_t<T>* __restrict__ lse, T* grad_input) {
   using A = opmath_t<T>;
   const int64_t row = blockIdx.x;
   const int64_t t = a.target[row];

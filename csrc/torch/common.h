@@ -99,6 +99,13 @@ void cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& 
                                  const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
                                  const CrossEntropyArgs& args);
 
+// cross_entropy_backward into a given (N, C) buffer of the logits' dtype,
+// which may be the logits themselves when they are contiguous (in place).
+void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
+                                 const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
+                                 c10::string_view reduction, int64_t ignore_index, double label_smoothing,
+                                 at::Tensor& grad_input);
+
 void ladder_cuda(int rung, const at::Tensor& flat, at::Tensor& out);
 void read_probe_cuda(const at::Tensor& data, at::Tensor& flag);
 

@@ -49,9 +49,10 @@ std::tuple<at::Tensor, at::Tensor> backend::cross_entropy(const at::Tensor& inpu
   return {loss, lse};
 }
 
-at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
-                                           const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
-                                           c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
+void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
+                                 const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
+                                 c10::string_view reduction, int64_t ignore_index, double label_smoothing,
+                                 at::Tensor& grad_input) {
   const char* op = "cross_entropy_backward";
   const CrossEntropyArgs args = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
   TORCH_CHECK(grad_loss.numel() == (args.reduction == 0 ? args.rows : 1), op, ": argument 'grad_loss' has ",
@@ -64,12 +65,22 @@ at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const st
   const at::Tensor acc_lse = lse.to(acc_type(input)).contiguous();
   const at::Tensor acc_grad_lse = has_grad_lse ? grad_lse->to(acc_type(input)).contiguous() : at::Tensor();
   const at::Tensor logits = input.contiguous();
-  at::Tensor grad_input = at::empty_like(logits);
+  TORCH_CHECK(grad_input.is_contiguous() && grad_input.sizes() == logits.sizes() &&
+                  grad_input.scalar_type() == logits.scalar_type(),
+              op, ": the gradient buffer must be contiguous, of the logits' shape and dtype");
   const at::Tensor grad = grad_loss.to(input.scalar_type()).contiguous();
   if (input.is_cuda())
     cross_entropy_backward_cuda(grad, acc_grad_lse, logits, target.contiguous(), acc_lse, grad_input, args);
   else
     cross_entropy_backward_cpu(grad, acc_grad_lse, logits, target.contiguous(), acc_lse, grad_input, args);
+}
+
+at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
+                                           const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
+                                           c10::string_view reduction, int64_t ignore_index, double label_smoothing) {
+  at::Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
+  cross_entropy_backward_into(grad_loss, grad_lse, input, target, lse, reduction, ignore_index, label_smoothing,
+                              grad_input);
   return grad_input;
 }
 

@@ -3,9 +3,11 @@
 // fit a fixed budget: each chunk's logits come from ATen's matmul (cuBLAS on
 // CUDA), the loss from the chunk's log-sum-exp (fastreduce's cross_entropy),
 // and, when gradients are wanted, the chunk's logit gradient (fastreduce's
-// cross_entropy_backward) goes straight into grad_hidden and grad_weight by
-// matmul. Device-generic: every step is a dispatcher op. Without a bias the
-// bias gradient is an empty tensor (schemas return no optional tensors).
+// cross_entropy_backward, written over the logits) goes straight into
+// grad_hidden and grad_weight by matmul. Device-generic: every step is a
+// dispatcher op or, for the in-place gradient, cross_entropy_backward_into
+// (which picks the device). Without a bias the bias gradient is an empty
+// tensor (schemas return no optional tensors).
 #include "common.h"
 #include "dispatch.h"
 
@@ -16,10 +18,10 @@ namespace {
 
 constexpr const char* kOp = "fused_linear_cross_entropy";
 // Logits bytes per chunk. Each chunk reads and rewrites all of grad_weight
-// (its addmm), so fewer chunks are faster; a chunk's logits and their
-// gradient are the op's extra memory: 2 x 256 MiB, 1/8 of the float32 logits
-// at 8192 tokens x 128256 classes.
-constexpr int64_t kChunkBytes = int64_t{1} << 28;
+// (its addmm), so fewer chunks are faster; a chunk's logits, their gradient
+// written over them, are the op's extra memory: 512 MiB, 1/8 of the float32
+// logits at 8192 tokens x 128256 classes (soft-capping adds its temporaries).
+constexpr int64_t kChunkBytes = int64_t{1} << 29;
 
 struct Problem {
   int64_t rows, chunk;
@@ -100,9 +102,16 @@ struct Gradients {
         weight(at::zeros_like(w, at::MemoryFormat::Contiguous)),
         bias(has_bias ? at::zeros({w.size(0)}, w.options().dtype(acc)) : at::Tensor()) {}
 
-  void add_chunk(at::Tensor grad, const at::Tensor& logits, const at::Tensor& h, const at::Tensor& w, int64_t start,
-                 std::optional<double> softcap) {
-    if (softcap.has_value()) grad.mul_(1.0 - (logits / *softcap).square());  // d softcap tanh(z / softcap) / dz
+  // The chunk's logit gradient for the rows' incoming gradients `grad_rows`
+  // (written over `logits`), into the three gradients.
+  void add_chunk(const at::Tensor& grad_rows, at::Tensor& logits, const at::Tensor& h, const at::Tensor& w,
+                 const at::Tensor& t, const at::Tensor& lse, int64_t start, int64_t ignore_index,
+                 double label_smoothing, std::optional<double> softcap) {
+    // d softcap tanh(z / softcap) / dz, from the capped logits before they are overwritten.
+    const at::Tensor capped = softcap.has_value() ? 1.0 - (logits / *softcap).square() : at::Tensor();
+    at::Tensor grad = logits;
+    cross_entropy_backward_into(grad_rows, std::nullopt, logits, t, lse, "none", ignore_index, label_smoothing, grad);
+    if (capped.defined()) grad.mul_(capped);
     at::Tensor rows = hidden.narrow(0, start, grad.size(0));
     at::mm_out(rows, grad, w);
     weight.addmm_(grad.t(), h);
@@ -121,7 +130,8 @@ void for_each_chunk(const Problem& p, const at::Tensor& hidden, const at::Tensor
   for (int64_t start = 0; start < p.rows; start += p.chunk) {
     const int64_t n = std::min(p.chunk, p.rows - start);
     const at::Tensor h = hidden.narrow(0, start, n);
-    body(start, n, h, chunk_logits(h, weight, bias, softcap), target.narrow(0, start, n));
+    at::Tensor logits = chunk_logits(h, weight, bias, softcap);
+    body(start, n, h, logits, target.narrow(0, start, n));
   }
 }
 
@@ -141,7 +151,7 @@ std::tuple<at::Tensor, at::Tensor> backend::fused_linear_cross_entropy(
   at::Tensor lse = at::empty({p.rows}, hidden.options().dtype(acc_type(hidden)));
   at::Tensor losses = at::empty({p.rows}, lse.options());
   for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor&,
-                                                                const at::Tensor& logits, const at::Tensor& t) {
+                                                                at::Tensor& logits, const at::Tensor& t) {
     const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
     lse.narrow(0, start, n).copy_(chunk_lse);
     losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
@@ -158,14 +168,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::
   at::Tensor losses = at::empty({p.rows}, lse.options());
   Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
   for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
-                                                                const at::Tensor& logits, const at::Tensor& t) {
+                                                                at::Tensor& logits, const at::Tensor& t) {
     const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
     lse.narrow(0, start, n).copy_(chunk_lse);
     losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
     // The gradient of the chunk's summed loss; the backward scales it.
-    grads.add_chunk(call_cross_entropy_backward(at::ones({n}, logits.options()), std::nullopt, logits, t, chunk_lse,
-                                                "none", ignore_index, label_smoothing),
-                    logits, h, weight, start, softcap);
+    grads.add_chunk(at::ones({n}, logits.options()), logits, h, weight, t, chunk_lse, start, ignore_index,
+                    label_smoothing, softcap);
   });
   return {reduce_loss(losses, target, p, ignore_index), lse, grads.hidden, grads.weight, grads.bias_or_empty()};
 }
@@ -185,10 +194,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::fused_linear_cross_entro
   }
   Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
   for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
-                                                                const at::Tensor& logits, const at::Tensor& t) {
-    grads.add_chunk(call_cross_entropy_backward(per_row.narrow(0, start, n), std::nullopt, logits, t,
-                                                lse.narrow(0, start, n), "none", ignore_index, label_smoothing),
-                    logits, h, weight, start, softcap);
+                                                                at::Tensor& logits, const at::Tensor& t) {
+    grads.add_chunk(per_row.narrow(0, start, n), logits, h, weight, t, lse.narrow(0, start, n), start, ignore_index,
+                    label_smoothing, softcap);
   });
   return {grads.hidden, grads.weight, grads.bias_or_empty()};
 }
