@@ -6,6 +6,8 @@
 // max, rescaled sum) per thread, and never writes probabilities; the
 // backward reads the row once more and writes the gradient
 //   dx = (g + g_lse) * softmax(x) - g * ((1 - eps) * [j == target] + eps / classes)
+// The forward_backward kernel does both for g = 1 in one block per row (the
+// fused linear cross-entropy's chunks).
 // One block per row: vocabulary rows are long (50k-256k), rows are many.
 #pragma once
 
@@ -100,34 +102,90 @@ __device__ __forceinline__ void for_each_pack(const T* row, int64_t classes, F&&
   }
 }
 
-// Writes lse[row] and the row's loss (accumulator type; 0 for ignored rows,
-// NaN for a target outside [0, classes)). Without smoothing the sum of the
-// logits is left out: 0 * -inf would make a masked vocabulary NaN.
+// The row's merged log-sum-exp state: every thread of the block gets it.
+template <typename T, int kVec, typename A = opmath_t<T>>
+__device__ __forceinline__ LseState<A> row_state(const T* x, int64_t classes) {
+  LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
+  for_each_pack<kVec>(x, classes, [&](int64_t, const VecN<T, kVec>& pack) { absorb(state, pack); });
+  return block_merge(state);
+}
+
+// A row holding +inf has lse +inf, as torch.logsumexp (its log_sum, and so
+// the loss and gradient, stay NaN); an all -inf row gives -inf.
+template <typename A>
+__device__ __forceinline__ A row_lse(const LseState<A>& state) {
+  return isinf(state.max) ? state.max : state.max + log(state.sum);
+}
+
+// The row's loss (accumulator type; 0 for ignored rows, NaN for a target
+// outside [0, classes)). Without smoothing the sum of the logits is left
+// out: 0 * -inf would make a masked vocabulary NaN.
+template <typename T, typename A>
+__device__ __forceinline__ A row_loss_of(const CrossEntropyArgs<T>& a, const T* x, const LseState<A>& state,
+                                         int64_t t) {
+  if (t == a.ignore_index) return A(0);
+  if (t < 0 || t >= a.classes) return std::numeric_limits<A>::quiet_NaN();
+  const A log_sum = log(state.sum);
+  return (A(1) - a.smoothing) * ((state.max - static_cast<A>(x[t])) + log_sum) +
+         (a.smoothing == A(0) ? A(0) : a.smoothing * ((state.max - state.total / static_cast<A>(a.classes)) + log_sum));
+}
+
+// dx = soft * exp(x - lse) - g * (eps / classes + (1 - eps) [j == t]) over
+// the row. `dx` may be `x` itself (in place): each element is read, then
+// written, by one thread.
+template <int kVec, typename T, typename A>
+__device__ __forceinline__ void write_row_gradient(const CrossEntropyArgs<T>& a, const T* x, T* dx, int64_t t, A g,
+                                                   A soft, A lse) {
+  // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
+  const A shift = isinf(lse) && lse > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse;
+  const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
+  auto* out = reinterpret_cast<VecN<T, kVec>*>(dx);
+  for_each_pack<kVec>(x, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) {
+    VecN<T, kVec> result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const A p = exp_shifted(static_cast<A>(pack.elem[j]), shift);
+      result.elem[j] = static_cast<T>(soft * p - smooth - (i * kVec + j == t ? hit : A(0)));
+    }
+    out[i] = result;
+  });
+}
+
+// Writes lse[row] and the row's loss.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_forward_kernel(CrossEntropyArgs<T> a, opmath_t<T>* __restrict__ lse,
                                  opmath_t<T>* __restrict__ row_loss) {
+  const int64_t row = blockIdx.x;
+  const T* x = a.logits + row * a.classes;
+  const auto state = row_state<T, kVec>(x, a.classes);
+  if (threadIdx.x != 0) return;
+  lse[row] = row_lse(state);
+  row_loss[row] = row_loss_of(a, x, state, a.target[row]);
+}
+
+// The forward and the gradient of the summed row losses in one kernel: the
+// row is read for its log-sum-exp, then again (from L2: the block's own row,
+// just read) for the gradient, written over the logits when grad_input is
+// the logits. Two passes over memory instead of the three of a forward and a
+// backward.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, opmath_t<T>* __restrict__ lse,
+                                          opmath_t<T>* __restrict__ row_loss, T* grad_input) {
   using A = opmath_t<T>;
   const int64_t row = blockIdx.x;
   const T* x = a.logits + row * a.classes;
-  LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
-  for_each_pack<kVec>(x, a.classes, [&](int64_t, const VecN<T, kVec>& pack) { absorb(state, pack); });
-  state = block_merge(state);
-  if (threadIdx.x != 0) return;
-  const A log_sum = log(state.sum);
-  // A row holding +inf has lse +inf, as torch.logsumexp (log_sum, and so the
-  // loss and gradient, stay NaN); an all -inf row gives -inf.
-  lse[row] = isinf(state.max) ? state.max : state.max + log_sum;
+  const auto state = row_state<T, kVec>(x, a.classes);
+  const A lse_row = row_lse(state);
   const int64_t t = a.target[row];
-  A loss = 0;
-  if (t != a.ignore_index) {
-    loss = t < 0 || t >= a.classes
-               ? std::numeric_limits<A>::quiet_NaN()
-               : (A(1) - a.smoothing) * ((state.max - static_cast<A>(x[t])) + log_sum) +
-                     (a.smoothing == A(0) ? A(0)
-                                          : a.smoothing * ((state.max - state.total / static_cast<A>(a.classes)) + log_sum));
+  if (threadIdx.x == 0) {
+    lse[row] = lse_row;
+    row_loss[row] = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
   }
-  row_loss[row] = loss;
+  __syncthreads();
+  const A g = t == a.ignore_index ? A(0) : A(1);
+  write_row_gradient<kVec>(a, x, grad_input + row * a.classes, t, g, g, lse_row);
 }
 
 // reduction None: out[r] = row_loss[r] in T (any grid). Mean/Sum: one block
@@ -180,20 +238,8 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const int64_t row = blockIdx.x;
   const int64_t t = a.target[row];
   const A g = t == a.ignore_index ? A(0) : grad_loss ? static_cast<A>(grad_loss[row]) : *scale;
-  const A soft = g + (grad_lse ? grad_lse[row] : A(0));
-  // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
-  const A shift = isinf(lse[row]) && lse[row] > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse[row];
-  const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
-  auto* out = reinterpret_cast<VecN<T, kVec>*>(grad_input + row * a.classes);
-  for_each_pack<kVec>(a.logits + row * a.classes, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) {
-    VecN<T, kVec> result;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const A p = exp_shifted(static_cast<A>(pack.elem[j]), shift);
-      result.elem[j] = static_cast<T>(soft * p - smooth - (i * kVec + j == t ? hit : A(0)));
-    }
-    out[i] = result;
-  });
+  write_row_gradient<kVec>(a, a.logits + row * a.classes, grad_input + row * a.classes, t, g,
+                           g + (grad_lse ? grad_lse[row] : A(0)), lse[row]);
 }
 
 }  // namespace fastreduce

@@ -99,6 +99,11 @@ void cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& 
                                  const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
                                  const CrossEntropyArgs& args);
 
+// lse and row losses (accumulator type, rows each) and the gradient of their
+// sum, in one pass; grad_input may be the logits.
+void cross_entropy_forward_backward_cuda(const at::Tensor& logits, const at::Tensor& target, at::Tensor& lse,
+                                         at::Tensor& row_loss, at::Tensor& grad_input, const CrossEntropyArgs& args);
+
 // cross_entropy_backward into a given (N, C) buffer of the logits' dtype,
 // which may be the logits themselves when they are contiguous (in place).
 void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,

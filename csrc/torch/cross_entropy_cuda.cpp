@@ -35,4 +35,13 @@ void cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& 
              "cross_entropy_backward");
 }
 
+void cross_entropy_forward_backward_cuda(const at::Tensor& logits, const at::Tensor& target, at::Tensor& lse,
+                                         at::Tensor& row_loss, at::Tensor& grad_input, const CrossEntropyArgs& args) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  check_cuda(cross_entropy_forward_backward(shape_of(logits, args, "cross_entropy"), logits.const_data_ptr(),
+                                            target.const_data_ptr<int64_t>(), lse.data_ptr(), row_loss.data_ptr(),
+                                            grad_input.data_ptr(), current_stream()),
+             "cross_entropy");
+}
+
 }  // namespace fastreduce

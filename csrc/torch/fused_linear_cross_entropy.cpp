@@ -96,31 +96,36 @@ at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const 
 // its rows of grad_hidden and adds into grad_weight and grad_bias.
 struct Gradients {
   at::Tensor hidden, weight, bias;  // bias: accumulated in the accumulator type; undefined without one
+  bool first = true;  // the first chunk writes grad_weight (no zero fill, no read of it)
 
   Gradients(const at::Tensor& h, const at::Tensor& w, bool has_bias, at::ScalarType acc)
       : hidden(at::empty_like(h, at::MemoryFormat::Contiguous)),
-        weight(at::zeros_like(w, at::MemoryFormat::Contiguous)),
+        weight(h.size(0) > 0 ? at::empty_like(w, at::MemoryFormat::Contiguous)
+                             : at::zeros_like(w, at::MemoryFormat::Contiguous)),
         bias(has_bias ? at::zeros({w.size(0)}, w.options().dtype(acc)) : at::Tensor()) {}
 
-  // The chunk's logit gradient for the rows' incoming gradients `grad_rows`
-  // (written over `logits`), into the three gradients.
-  void add_chunk(const at::Tensor& grad_rows, at::Tensor& logits, const at::Tensor& h, const at::Tensor& w,
-                 const at::Tensor& t, const at::Tensor& lse, int64_t start, int64_t ignore_index,
-                 double label_smoothing, std::optional<double> softcap) {
-    // d softcap tanh(z / softcap) / dz, from the capped logits before they are overwritten.
-    const at::Tensor capped = softcap.has_value() ? 1.0 - (logits / *softcap).square() : at::Tensor();
-    at::Tensor grad = logits;
-    cross_entropy_backward_into(grad_rows, std::nullopt, logits, t, lse, "none", ignore_index, label_smoothing, grad);
+  // The chunk's logit gradient (of the capped logits: `capped` holds
+  // d softcap tanh(z / softcap) / dz, or is undefined) into the three gradients.
+  void add_chunk(const at::Tensor& grad, const at::Tensor& capped, const at::Tensor& h, const at::Tensor& w,
+                 int64_t start) {
     if (capped.defined()) grad.mul_(capped);
     at::Tensor rows = hidden.narrow(0, start, grad.size(0));
     at::mm_out(rows, grad, w);
-    weight.addmm_(grad.t(), h);
+    if (first) at::mm_out(weight, grad.t(), h);
+    else weight.addmm_(grad.t(), h);
+    first = false;
     if (bias.defined()) bias += grad.sum(0, false, bias.scalar_type());
   }
 
   // The bias gradient in the parameter's dtype, or an empty tensor.
   at::Tensor bias_or_empty() const { return bias.defined() ? bias.to(weight.scalar_type()) : weight.new_empty({0}); }
 };
+
+// d softcap tanh(z / softcap) / dz from the capped logits, taken before the
+// gradient is written over them; undefined without soft-capping.
+at::Tensor softcap_derivative(const at::Tensor& logits, std::optional<double> softcap) {
+  return softcap.has_value() ? 1.0 - (logits / *softcap).square() : at::Tensor();
+}
 
 // Runs body(start, rows, h, logits, target) for each chunk of rows.
 template <typename Body>
@@ -169,12 +174,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::
   Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
   for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
                                                                 at::Tensor& logits, const at::Tensor& t) {
-    const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
-    lse.narrow(0, start, n).copy_(chunk_lse);
-    losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
-    // The gradient of the chunk's summed loss; the backward scales it.
-    grads.add_chunk(at::ones({n}, logits.options()), logits, h, weight, t, chunk_lse, start, ignore_index,
-                    label_smoothing, softcap);
+    const at::Tensor capped = softcap_derivative(logits, softcap);
+    at::Tensor chunk_lse = lse.narrow(0, start, n), chunk_losses = losses.narrow(0, start, n);
+    // The chunk's row losses and the gradient of their sum (the backward
+    // scales it), written over the logits: on CUDA one kernel, two passes.
+    if (logits.is_cuda()) {
+      cross_entropy_forward_backward_cuda(logits, t.contiguous(), chunk_lse, chunk_losses, logits,
+                                          {n, logits.size(1), ignore_index, label_smoothing, 0});
+    } else {
+      chunk_lse.copy_(std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing)));
+      chunk_losses.copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
+      cross_entropy_backward_into(at::ones({n}, logits.options()), std::nullopt, logits, t, chunk_lse, "none",
+                                  ignore_index, label_smoothing, logits);
+    }
+    grads.add_chunk(logits, capped, h, weight, start);
   });
   return {reduce_loss(losses, target, p, ignore_index), lse, grads.hidden, grads.weight, grads.bias_or_empty()};
 }
@@ -195,8 +208,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::fused_linear_cross_entro
   Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
   for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
                                                                 at::Tensor& logits, const at::Tensor& t) {
-    grads.add_chunk(per_row.narrow(0, start, n), logits, h, weight, t, lse.narrow(0, start, n), start, ignore_index,
-                    label_smoothing, softcap);
+    const at::Tensor capped = softcap_derivative(logits, softcap);
+    cross_entropy_backward_into(per_row.narrow(0, start, n), std::nullopt, logits, t, lse.narrow(0, start, n), "none",
+                                ignore_index, label_smoothing, logits);
+    grads.add_chunk(logits, capped, h, weight, start);
   });
   return {grads.hidden, grads.weight, grads.bias_or_empty()};
 }
