@@ -1,5 +1,7 @@
 """The fused cross-entropy: typed wrapper and fake kernels. Autograd is C++
-(csrc/torch/autograd.cpp) and calls the registered backward op."""
+(csrc/torch/autograd.cpp) and calls the registered backward op; with
+``inplace_backward`` a Python autograd function writes the gradient over the
+logits instead."""
 
 from __future__ import annotations
 
@@ -22,13 +24,19 @@ def cross_entropy(
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     return_lse: bool = False,
+    inplace_backward: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """:func:`torch.nn.functional.cross_entropy` for ``(N, C)`` logits and ``(N,)``
     int64 class indices, fused: the forward reads the logits once and never
     materialises probabilities, the backward writes the gradient in one more
     pass. With ``return_lse`` also returns each row's log-sum-exp (float32, or
-    float64 for float64 logits), differentiable, for z-loss."""
-    if plain(input):
+    float64 for float64 logits), differentiable, for z-loss. With
+    ``inplace_backward`` (contiguous logits) the backward writes the gradient
+    over the logits instead of a new tensor: one logits-sized buffer less, for
+    callers that no longer need the logits after the loss."""
+    if inplace_backward and input.requires_grad and torch.is_grad_enabled() and input.is_contiguous():
+        loss, lse = _InplaceBackward.apply(input, target, reduction, ignore_index, label_smoothing)
+    elif plain(input):
         loss, lse = _C.cross_entropy(input, target, reduction, ignore_index, label_smoothing)
     else:
         loss, lse = _cross_entropy(input, target, reduction, ignore_index, label_smoothing)
@@ -61,6 +69,34 @@ def _cross_entropy_fake(input, target, reduction="mean", ignore_index=-100, labe
 def _cross_entropy_backward_fake(grad_loss, grad_lse, input, target, lse, reduction, ignore_index, label_smoothing):
     _check("cross_entropy_backward", input, target, reduction)
     return input.new_empty(input.shape)
+
+
+@torch.library.register_fake("fastreduce::_cross_entropy_backward_")
+def _cross_entropy_backward_inplace_fake(input, grad_loss, grad_lse, target, lse, reduction, ignore_index,
+                                         label_smoothing):
+    _check("_cross_entropy_backward_", input, target, reduction)
+    torch._check(input.is_contiguous(), lambda: "_cross_entropy_backward_: argument 'input' must be contiguous")
+
+
+class _InplaceBackward(torch.autograd.Function):
+    """cross_entropy whose backward writes the gradient over the saved logits."""
+
+    @staticmethod
+    def forward(ctx, input, target, reduction, ignore_index, label_smoothing):
+        loss, lse = _cross_entropy(input, target, reduction, ignore_index, label_smoothing)
+        ctx.save_for_backward(input, target, lse)
+        ctx.options = (reduction, ignore_index, label_smoothing)
+        return loss, lse
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_lse):
+        input, target, lse = ctx.saved_tensors
+        reduction, ignore_index, label_smoothing = ctx.options
+        if grad_loss is None:
+            grad_loss = input.new_zeros((input.shape[0],) if reduction == "none" else (), dtype=lse.dtype)
+        torch.ops.fastreduce._cross_entropy_backward_(input, grad_loss, grad_lse, target, lse, reduction,
+                                                      ignore_index, label_smoothing)
+        return input.detach(), None, None, None, None
 
 
 _fused_linear_cross_entropy = torch.ops.fastreduce.fused_linear_cross_entropy.default

@@ -791,6 +791,20 @@ def _cross_entropy_backward(case):
                  loose_nonfinite=(0,))
 
 
+@op("_cross_entropy_backward_")
+def _cross_entropy_backward_inplace(case):
+    """cross_entropy_backward's cases, the gradient written over a contiguous copy of the logits."""
+    trial = _cross_entropy_backward(case)
+
+    def ours(grad_loss, grad_lse, x, target, lse, *options):
+        logits = x.clone(memory_format=torch.contiguous_format)
+        ops._cross_entropy_backward_(logits, grad_loss, grad_lse, target, lse, *options)
+        return logits
+
+    trial.ours = ours
+    return trial
+
+
 def _linear_loss_inputs(case):
     rows, hidden, classes = case.rng.choice([0, 1, 5, 33]), case.rng.choice([1, 8, 24]), case.rng.choice([1, 7, 300])
     dtype = case.pick("dtype", FLOATS)

@@ -239,6 +239,34 @@ def test_cross_entropy_every_option(device, dtype, shape):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("with_lse", [False, True])
+def test_cross_entropy_inplace_backward(device, dtype, reduction, smoothing, with_lse):
+    # The gradient written over the logits equals the one in a new tensor
+    # (lse's gradient included); the logits are overwritten by it.
+    hidden = torch.randn(33, 1000, device=device).to(dtype).requires_grad_()
+    target = torch.randint(0, 1000, (33,), device=device)
+    target[::5] = -100
+    g = torch.rand(33 if reduction == "none" else (), device=device).to(dtype) + 0.5
+
+    def grads(inplace):
+        logits = hidden * 1  # a non-leaf, as a model's
+        loss, lse = fr.cross_entropy(logits, target, reduction=reduction, label_smoothing=smoothing, return_lse=True,
+                                     inplace_backward=inplace)
+        total = (loss * g).sum() + (lse.pow(2).sum() * 1e-2 if with_lse else 0)
+        (grad,) = torch.autograd.grad(total, hidden)
+        return loss.detach(), grad, logits.detach()
+
+    loss, grad, logits = grads(False)
+    loss_inplace, grad_inplace, overwritten = grads(True)
+    torch.testing.assert_close(loss_inplace, loss)
+    torch.testing.assert_close(grad_inplace, grad)
+    torch.testing.assert_close(overwritten, grad)  # hidden * 1: the logits' gradient is hidden's
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_edges(device):
     logits = torch.randn(6, 40, device=device)
     ignored = torch.full((6,), -100, device=device)

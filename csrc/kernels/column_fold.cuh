@@ -43,9 +43,8 @@ struct PackSum {
 // A block folds kFoldColumns groups of columns (64 contiguous bytes of each
 // partial row for float packs: a warp's load takes 8 rows of them whole)
 // over kFoldRowLanes lanes of rows. One thread a column group walking every
-// row would wait on load after load; one thread a row (the first version)
-// made each warp load touch 32 rows for 16 bytes each (H100, bf16 norms:
-// 11.8-21.9 µs for 0.5-1 M packs of partials).
+// row would wait on load after load; one thread a row would make each warp
+// load touch 32 rows for 16 bytes each.
 constexpr int kFoldThreads = 256, kFoldColumns = 4, kFoldRowLanes = kFoldThreads / kFoldColumns;
 
 // Launched as a programmatic dependent of the kernel that stores the

@@ -158,9 +158,8 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 }
 
 // ---- The row in registers. The weight and bias packs are loaded with the x
-// packs, so the output pass only computes and stores (float (8192, 768):
-// 17.0 µs; the same kernel reading weight and bias after the statistics
-// 18.1, staged in shared memory 19.4).
+// packs, so the output pass only computes and stores (faster than reading
+// them after the statistics or staging them in shared memory).
 template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCentered>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   using A = opmath_t<T>;
@@ -184,7 +183,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
   }
   if (a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
   // rms_norm has no bias: without kCentered the shift packs are never
-  // loaded, which frees their registers (bf16 4096-wide rows: 116 -> 83).
+  // loaded, which frees their registers.
   if (kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
   A mean = 0;
   if constexpr (kCentered) {
@@ -309,8 +308,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
       const int g = threads.group(p);
       if (g >= groups) continue;
       // The residual gradient is read here rather than with x and dy: held
-      // from the start it costs registers that the kernels without it pay
-      // too (layer_norm bf16 (16384, 4096) backward 252 -> 2xx µs).
+      // from the start it would cost registers that the kernels without it
+      // would pay too.
       Pack carried{};
       if (a.grad_residual) carried = reinterpret_cast<const Pack*>(a.grad_residual + offset)[g];
       Pack result;

@@ -129,7 +129,7 @@ __device__ __forceinline__ void load_valid_packs(const RowThreads<kWarpRows>& th
 // the warp's slice of shared memory with cp.async. No registers are held
 // while the loads are in flight, so occupancy is set by shared memory (48-64
 // warps per SM) instead of by a row in registers (16-24): three times the
-// bytes in flight (softmax bf16 (98304, 1024): 158 -> 131 µs).
+// bytes in flight.
 // Loops go over groups of kVec elements: 16-byte packs when every row of
 // every buffer is 16-byte aligned and n a multiple of the pack, else 1.
 

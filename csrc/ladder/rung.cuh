@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "../kernels/block_reduce.cuh"
+#include "../kernels/ceil_div.h"
 
 namespace fastreduce::ladder {
 
@@ -27,8 +28,6 @@ struct RungArgs {
   int sm_count;
   cudaStream_t stream;
 };
-
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename In>
 using Acc = std::conditional_t<std::is_integral_v<In>, int64_t, float>;

@@ -53,7 +53,7 @@ cudaError_t ladder_sum(int rung, DType dtype, const void* x, int64_t n, void* ou
 
 cudaError_t read_probe(const void* data, int64_t bytes, void* flag, int sm_count, cudaStream_t stream) {
   const int64_t count = bytes / 16;
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(ladder::ceil_div(count, 512 * 4), sm_count * 4));
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(count, 512 * 4), sm_count * 4));
   ladder::read_probe_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(data), count,
                                                          static_cast<unsigned*>(flag));
   return cudaGetLastError();

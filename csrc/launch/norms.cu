@@ -23,13 +23,11 @@ using namespace rows;
 // (kLongRowWarpsPerSm) of consecutive rows each. Otherwise (rows too long
 // for registers or shared memory) a separate pass reads x and dy. Stage two
 // is one launch for both parameters, a programmatic dependent of stage one
-// (bf16, H100, µs: layer_norm (8192, 1600) 6.0, where two column sums and
-// two casts took 17.4 in six launches; rms_norm (8192, 4096) 4.0, where a
-// grid-wide barrier and fold at the end of a cooperative dx kernel took 6.5).
+// (cheaper than column sums and casts in separate launches, or a grid-wide
+// barrier and fold at the end of a cooperative dx kernel).
 constexpr int kFusedBlocksPerSm = 2;
 // Long rows: enough blocks for about kLongRowWarpsPerSm warps per SM, 2 to 8
-// blocks (bf16 backward, µs: (8192, 4096) in 4-warp blocks 82 at 4 per SM,
-// 88 at 8; (8192, 1600) in 2-warp blocks 67 at 4, 56 at 8).
+// blocks (a fixed block count per SM suits one row width and not another).
 constexpr int kLongRowWarpsPerSm = 16;
 struct ParamGradPlan {
   bool fused;
@@ -109,11 +107,11 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, kCentered>;
         },
         std::make_tuple(a), block_rows);
-  // Float rows in registers: 93 registers at (8192, 768), so four-warp
+  // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in
-  // registers leave too few bytes in flight per SM (bf16 13.8 µs against
-  // 11.8 staged) unless the residual add is fused, which staging cannot do;
-  // double rows would not fit in registers.
+  // registers leave too few bytes in flight per SM (staging keeps more)
+  // unless the residual add is fused, which staging cannot do; double rows
+  // would not fit in registers.
   constexpr bool kHalfType = sizeof(T) == 2;
   if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "../kernels/ceil_div.h"
 #include "../kernels/reduce_kernels.cuh"
 #include "arrival_counters.h"
 #include "launch.h"
@@ -22,8 +23,6 @@ constexpr int kRowVecsPerThread = 8;    // unsplit long rows: vectors per thread
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
 constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
 constexpr int64_t kMinColumnSegmentRows = 128;  // fewer partials per column: a cheaper second pass
-
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct Plan {
   enum class Layout { All, Rows, Columns } layout;
@@ -47,9 +46,8 @@ inline int column_tile_threads(int64_t packs, int64_t pack_bytes) {
 // Threads across a tile of the second pass (a column each): narrower, down
 // to a 32-byte sector of partials and 2 threads, while a grid of full tiles
 // would cover under an eighth of the SMs; its lanes then walk fewer partials
-// each. (H100: a (65536, 128) reduction's 4 blocks of 32 columns as 16 of 8
-// made every op 5-13% faster; (65536, 768)'s 24 as 96 made the ops with
-// costly combines 4-10% slower, their trees being deeper, and sum no faster.)
+// each. (Narrowing grids that already cover the SMs only deepens the trees
+// of the ops with costly combines.)
 inline int finish_tile_threads(int64_t inner, int64_t outer, size_t acc_bytes, int sm_count) {
   int width = kColumnTile;
   while (width > 2 && width / 2 * acc_bytes >= 32 && ceil_div(inner, width) * outer * 8 < sm_count) width /= 2;

@@ -11,13 +11,12 @@
 #include <tuple>
 #include <utility>
 
+#include "../kernels/ceil_div.h"
 #include "../kernels/dtype.h"
 #include "../kernels/row_io.cuh"
 
 namespace fastreduce {
 namespace rows {
-
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // About eight elements per thread, 32 to 1024 threads.
 inline int row_threads(int64_t n) {

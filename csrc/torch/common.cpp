@@ -12,6 +12,10 @@ std::string to_text(at::IntArrayRef values) {
 
 std::string to_text(at::ScalarType type) { return std::string("torch.") + c10::toString(type); }
 
+at::ScalarType acc_type(const at::Tensor& input) {
+  return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 std::string to_text(const at::Device& device) { return device.str(); }
 
 void check_same_device(const at::Tensor& t, const at::Tensor& reference, const char* op, const char* argument,

@@ -17,6 +17,10 @@ namespace fastreduce {
 std::string to_text(int64_t value);
 std::string to_text(at::IntArrayRef values);
 std::string to_text(at::ScalarType type);
+
+// The accumulator dtype of the row ops' statistics and losses: float64 for
+// float64 input, float32 for the rest (float32, float16, bfloat16).
+at::ScalarType acc_type(const at::Tensor& input);
 std::string to_text(const at::Device& device);
 
 // t on reference's device, or an error naming both arguments (before any

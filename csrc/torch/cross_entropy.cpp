@@ -31,10 +31,6 @@ CrossEntropyArgs check_problem(const at::Tensor& input, const at::Tensor& target
   return {input.size(0), input.size(1), ignore_index, label_smoothing, reduction_code(reduction, op)};
 }
 
-at::ScalarType acc_type(const at::Tensor& input) {
-  return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> backend::cross_entropy(const at::Tensor& input, const at::Tensor& target,
@@ -82,6 +78,17 @@ at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const st
   cross_entropy_backward_into(grad_loss, grad_lse, input, target, lse, reduction, ignore_index, label_smoothing,
                               grad_input);
   return grad_input;
+}
+
+void backend::cross_entropy_backward_inplace(const at::Tensor& input, const at::Tensor& grad_loss,
+                                             const std::optional<at::Tensor>& grad_lse, const at::Tensor& target,
+                                             const at::Tensor& lse, c10::string_view reduction, int64_t ignore_index,
+                                             double label_smoothing) {
+  TORCH_CHECK(input.is_contiguous(), "_cross_entropy_backward_: argument 'input' must be contiguous (the gradient is "
+                                     "written over it)");
+  at::Tensor grad_input = input;
+  cross_entropy_backward_into(grad_loss, grad_lse, input, target, lse, reduction, ignore_index, label_smoothing,
+                              grad_input);
 }
 
 }  // namespace fastreduce

@@ -66,8 +66,6 @@ Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tens
   return {hidden.size(0), chunk, reduction == "sum", reduction == "none"};
 }
 
-at::ScalarType acc_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
-
 // The chunk's logits, soft-capped as Gemma 2 does (in the logits' dtype).
 at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         std::optional<double> softcap) {

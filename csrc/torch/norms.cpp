@@ -184,7 +184,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   // The kernels write each gradient in its parameter's dtype; layer_norm's
   // make dweight and dbias when either parameter exists (the absent one's in
   // the accumulator type, unused).
-  const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto acc = acc_type(input);
   auto grad_for = [&](const at::Tensor* param) {
     return at::empty(normalized_shape, input.options().dtype(param ? param->scalar_type() : acc));
   };

@@ -11,7 +11,7 @@ const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_dat
 // Statistics travel in the accumulator type (float32 statistics beside
 // float32 parameters are already so).
 at::Tensor as_acc(const at::Tensor& t, const at::Tensor& like) {
-  return t.to(like.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).contiguous();
+  return t.to(acc_type(like)).contiguous();
 }
 
 }  // namespace

@@ -50,6 +50,9 @@
   X(cross_entropy_backward, "cross_entropy_backward",                                                              \
     "cross_entropy_backward(Tensor grad_loss, Tensor? grad_lse, Tensor input, Tensor target, Tensor lse, "         \
     "str reduction, int ignore_index, float label_smoothing) -> Tensor")                                           \
+  X(cross_entropy_backward_inplace, "_cross_entropy_backward_",                                                    \
+    "_cross_entropy_backward_(Tensor(a!) input, Tensor grad_loss, Tensor? grad_lse, Tensor target, Tensor lse, "   \
+    "str reduction, int ignore_index, float label_smoothing) -> ()")                                               \
   X(fused_linear_cross_entropy, "fused_linear_cross_entropy",                                                      \
     "fused_linear_cross_entropy(Tensor hidden, Tensor weight, Tensor target, Tensor? bias=None, "                  \
     "str reduction=\"mean\", int ignore_index=-100, float label_smoothing=0.0, float? softcap=None) "              \

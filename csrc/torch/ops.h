@@ -70,6 +70,12 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& input, const 
 at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
                                   const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
                                   c10::string_view reduction, int64_t ignore_index, double label_smoothing);
+// The same gradient written over `input` (contiguous), for callers that no
+// longer need the logits (cross_entropy(..., inplace_backward=True)).
+void cross_entropy_backward_inplace(const at::Tensor& input, const at::Tensor& grad_loss,
+                                    const std::optional<at::Tensor>& grad_lse, const at::Tensor& target,
+                                    const at::Tensor& lse, c10::string_view reduction, int64_t ignore_index,
+                                    double label_smoothing);
 // The cross-entropy of hidden @ weight.T + bias by row chunks
 // (fused_linear_cross_entropy.cpp). _with_grads also returns the gradients
 // of the summed row losses (the autograd node scales them); the backward

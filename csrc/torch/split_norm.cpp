@@ -12,10 +12,6 @@
 namespace fastreduce {
 namespace {
 
-at::ScalarType acc_type(const at::Tensor& input) {
-  return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
 void check_input(const at::Tensor& input, const char* op) {
   check_floating(input, op, "input");
   TORCH_CHECK(input.dim() >= 1, op, ": argument 'input' must have at least one dimension");
