@@ -225,12 +225,14 @@ def op(name):
 # ---- reductions ---------------------------------------------------------
 
 
-def _reduction(case, dtypes, out_dtypes=(None,)):
+def _reduced(case, dtypes, **dim_options):
+    """An input of one of `dtypes`, a dim argument for it and keepdim."""
     x = case.tensor(case.shape(), case.pick("dtype", dtypes))
-    dim = case.dims(x.dim())
-    keepdim = case.pick("keepdim", [False, True])
-    dtype = case.pick("out_dtype", list(out_dtypes))
-    return x, dim, keepdim, dtype
+    return x, case.dims(x.dim(), **dim_options), case.pick("keepdim", [False, True])
+
+
+def _reduction(case, dtypes, out_dtypes=(None,)):
+    return (*_reduced(case, dtypes), case.pick("out_dtype", list(out_dtypes)))
 
 
 @op("sum")
@@ -289,27 +291,13 @@ def _prod_backward(case):
     return Trial(ops.prod_backward, (grad, x, result, None if dim is None else [dim], keepdim), {}, theirs)
 
 
-@op("amax")
-def _amax(case):
-    x = case.tensor(case.shape(), case.pick("dtype", EVERY_DTYPE))
-    dim = case.dims(x.dim(), optional=False)
-    keepdim = case.pick("keepdim", [False, True])
-    return Trial(ops.amax, (x, dim, keepdim), {}, torch.amax)
-
-
-@op("amin")
-def _amin(case):
-    x = case.tensor(case.shape(), case.pick("dtype", EVERY_DTYPE))
-    dim = case.dims(x.dim(), optional=False)
-    keepdim = case.pick("keepdim", [False, True])
-    return Trial(ops.amin, (x, dim, keepdim), {}, torch.amin)
+op("amax")(lambda case: Trial(ops.amax, _reduced(case, EVERY_DTYPE, optional=False), {}, torch.amax))
+op("amin")(lambda case: Trial(ops.amin, _reduced(case, EVERY_DTYPE, optional=False), {}, torch.amin))
 
 
 def _moments(case, ours, theirs):
-    x = case.tensor(case.shape(), case.pick("dtype", FLOATS + [torch.int64]))
-    dim = case.dims(x.dim())
+    x, dim, keepdim = _reduced(case, FLOATS + [torch.int64])
     correction = case.pick("correction", [None, 0, 1, 2, 0.5])
-    keepdim = case.pick("keepdim", [False, True])
     # The mean of a slice holding inf: torch's CPU two-pass sum gives inf, its Welford (and ours) NaN.
     return Trial(ours, (x, dim), {"correction": correction, "keepdim": keepdim}, theirs, scale_power=2,
                  loose_nonfinite=(1,))
@@ -325,9 +313,7 @@ op("std_mean")(lambda case: _moments(case, fastreduce_torch.std_mean, torch.std_
 
 @op("logsumexp")
 def _logsumexp(case):
-    x = case.tensor(case.shape(), case.pick("dtype", FLOATS + [torch.int64]))
-    dim = case.dims(x.dim(), optional=False)
-    keepdim = case.pick("keepdim", [False, True])
+    x, dim, keepdim = _reduced(case, FLOATS + [torch.int64], optional=False)
     def theirs(x, dim, keepdim):
         if dim == []:  # every dim, as amax's; torch's own fails to shape its result for dim=[]
             dim = list(range(x.dim())) or [0]
@@ -346,37 +332,22 @@ def _norm(case):
     return Trial(ops.norm, (x, ord, dim, keepdim), {"dtype": dtype}, torch.linalg.vector_norm)
 
 
-def _arg_reduction(case, ours, theirs):
-    x = case.tensor(case.shape(), case.pick("dtype", FLOATS + INTEGERS + [torch.bool]))
-    dim = case.dims(x.dim(), single=True)
-    keepdim = case.pick("keepdim", [False, True])
-    return Trial(ours, (x, dim, keepdim), {}, theirs)
-
-
-op("argmax")(lambda case: _arg_reduction(case, ops.argmax, torch.argmax))
-op("argmin")(lambda case: _arg_reduction(case, ops.argmin, torch.argmin))
+op("argmax")(lambda case: Trial(ops.argmax, _reduced(case, EVERY_DTYPE, single=True), {}, torch.argmax))
+op("argmin")(lambda case: Trial(ops.argmin, _reduced(case, EVERY_DTYPE, single=True), {}, torch.argmin))
 
 
 @op("aminmax")
 def _aminmax(case):
-    x = case.tensor(case.shape(), case.pick("dtype", EVERY_DTYPE))
-    dim = case.dims(x.dim(), single=True)
-    keepdim = case.pick("keepdim", [False, True])
+    x, dim, keepdim = _reduced(case, EVERY_DTYPE, single=True)
+
     def theirs(x, dim, keepdim):  # torch's CPU shapes: its CUDA kernel drops keepdim when dim is None
         return tuple(r.to(x.device) for r in torch.aminmax(x.cpu(), dim=dim, keepdim=keepdim))
 
     return Trial(ops.aminmax, (x,), {"dim": dim, "keepdim": keepdim}, theirs)
 
 
-def _any_all(case, ours, theirs):
-    x = case.tensor(case.shape(), case.pick("dtype", EVERY_DTYPE))
-    dim = case.dims(x.dim())
-    keepdim = case.pick("keepdim", [False, True])
-    return Trial(ours, (x, dim, keepdim), {}, theirs)
-
-
-op("any")(lambda case: _any_all(case, ops.any, torch.any))
-op("all")(lambda case: _any_all(case, ops.all, torch.all))
+op("any")(lambda case: Trial(ops.any, _reduced(case, EVERY_DTYPE), {}, torch.any))
+op("all")(lambda case: Trial(ops.all, _reduced(case, EVERY_DTYPE), {}, torch.all))
 
 
 @op("foreach_norm")
@@ -658,16 +629,21 @@ def _softmax(case):
     return Trial(ops.softmax, (x, dim), {"dtype": dtype}, theirs)
 
 
+def _grad_and_output(case, forward, fallback):
+    """A gradient for the forward's output (`fallback` where the case's
+    arguments make the forward raise) and that output, maybe on the CPU."""
+    try:
+        out = forward()
+    except (RuntimeError, IndexError):
+        out = fallback
+    return case.tensor(out.shape, out.dtype, "grad"), _saved_on_cpu(case, "output", out)
+
+
 @op("softmax_backward")
 def _softmax_backward(case):
     x = case.tensor(case.shape(), case.pick("dtype", FLOATS), special=None)
     dim = case.dims(x.dim(), optional=False, single=True)
-    try:
-        out = torch.softmax(x, dim)
-    except IndexError:
-        out = x
-    grad = case.tensor(x.shape, x.dtype, "grad")
-    out = _saved_on_cpu(case, "output", out)
+    grad, out = _grad_and_output(case, lambda: torch.softmax(x, dim), x)
 
     def theirs(grad, out, dim):
         _same_device(grad, out)
@@ -704,12 +680,7 @@ def _causal_softmax(case):
 def _causal_softmax_backward(case):
     scores, scale = _causal_scores(case)
     scores = scores.nan_to_num(0.0, 1e4, -1e4)
-    try:
-        out = _causal_ref(scores, scale)
-    except RuntimeError:
-        out = scores
-    grad = case.tensor(out.shape, out.dtype, "grad")
-    out = _saved_on_cpu(case, "output", out)
+    grad, out = _grad_and_output(case, lambda: _causal_ref(scores, scale), scores)
 
     def theirs(grad, out, scale):
         _same_device(grad, out)
