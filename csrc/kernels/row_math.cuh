@@ -28,6 +28,10 @@ template <typename A>
 __device__ __forceinline__ bool fma_shift_in_range(A top) {
   return fabs(top) < A(16777216);
 }
+// scale * x rounded on its own (never fused into a following subtraction),
+// so the row's largest scaled value equals the max taken over them exactly.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 // exp(v - top) with v and top in natural units: the difference is taken
 // first, so the maximum gives exactly exp(0) however large the values.
 template <typename A>

@@ -22,21 +22,21 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ 
   A top = MaxOp<A>::identity();
   for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale2 * row[i]);
   top = block_allreduce<MaxOp<A>>(top, scratch);
-  auto normalise = [&](auto exponent) {
+  auto normalise = [&](auto exp_of) {
     A sum = 0;
-    for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp2_acc(exponent(row[i]));
+    for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) sum += exp_of(row[i]);
     const A inv = A(1) / block_allreduce<SumOp<A>>(sum, scratch);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-      y[offset + i] = static_cast<T>(i < valid ? exp2_acc(exponent(row[i])) * inv : A(0));
+      y[offset + i] = static_cast<T>(i < valid ? exp_of(row[i]) * inv : A(0));
   };
   if (fma_shift_in_range(top)) {
-    normalise([&](A v) { return scale2 * v - top; });
+    normalise([&](A v) { return exp2_acc(scale2 * v - top); });
   } else {
     A top_natural = MaxOp<A>::identity();
     for (int64_t i = threadIdx.x; i < valid; i += blockDim.x)
-      top_natural = MaxOp<A>::combine(top_natural, scale * row[i]);
+      top_natural = MaxOp<A>::combine(top_natural, mul_rn(scale, row[i]));
     top_natural = block_allreduce<MaxOp<A>>(top_natural, scratch);
-    normalise([&](A v) { return (scale * v - top_natural) * static_cast<A>(kLog2e); });
+    normalise([&](A v) { return exp_shifted(mul_rn(scale, v), top_natural); });
   }
 }
 
@@ -81,9 +81,9 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   A top = -std::numeric_limits<A>::infinity();
   for_each_valid([&](A v) { top = max_acc(top, scale2 * v); });
   top = threads.template allreduce<MaxOp<A>>(top);
-  auto normalise = [&](auto exponent) {
+  auto normalise = [&](auto exp_of) {
     A sum = 0;
-    for_each_valid([&](A v) { sum += exp2_acc(exponent(v)); });
+    for_each_valid([&](A v) { sum += exp_of(v); });
     const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
     Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
 #pragma unroll
@@ -94,17 +94,17 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 #pragma unroll
       for (int j = 0; j < kVec; ++j)
         result.elem[j] =
-            static_cast<T>(g * kVec + j < valid ? exp2_acc(exponent(static_cast<A>(packs[p].elem[j]))) * inv : A(0));
+            static_cast<T>(g * kVec + j < valid ? exp_of(static_cast<A>(packs[p].elem[j])) * inv : A(0));
       out[g] = result;
     }
   };
   if (fma_shift_in_range(top)) {
-    normalise([&](A v) { return scale2 * v - top; });
+    normalise([&](A v) { return exp2_acc(scale2 * v - top); });
   } else {
     A top_natural = -std::numeric_limits<A>::infinity();
-    for_each_valid([&](A v) { top_natural = max_acc(top_natural, scale * v); });
+    for_each_valid([&](A v) { top_natural = max_acc(top_natural, mul_rn(scale, v)); });
     top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
-    normalise([&](A v) { return (scale * v - top_natural) * static_cast<A>(kLog2e); });
+    normalise([&](A v) { return exp_shifted(mul_rn(scale, v), top_natural); });
   }
 }
 
@@ -157,30 +157,30 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
   A top = -std::numeric_limits<A>::infinity();
   for_each_staged<kVec, A>(stage, valid, [&](A v) { top = max_acc(top, scale2 * v); });
   top = warp_allreduce<MaxOp<A>>(top);
-  auto normalise = [&](auto exponent) {
+  auto normalise = [&](auto exp_of) {
     A sum = 0;
-    for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp2_acc(exponent(v)); });
+    for_each_staged<kVec, A>(stage, valid, [&](A v) { sum += exp_of(v); });
     const A inv = A(1) / warp_allreduce<SumOp<A>>(sum);
     map_staged<kVec, A>(stage, y + row * n, n, [&](int first, A(&v)[kVec]) {
       if (first + kVec <= valid) {
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) v[j] = exp2_acc(exponent(v[j])) * inv;
+        for (int j = 0; j < kVec; ++j) v[j] = exp_of(v[j]) * inv;
       } else if (first >= valid) {  // above the diagonal
 #pragma unroll
         for (int j = 0; j < kVec; ++j) v[j] = A(0);
       } else {  // the diagonal's group
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp2_acc(exponent(v[j])) * inv : A(0);
+        for (int j = 0; j < kVec; ++j) v[j] = first + j < valid ? exp_of(v[j]) * inv : A(0);
       }
     });
   };
   if (fma_shift_in_range(top)) {
-    normalise([&](A v) { return scale2 * v - top; });
+    normalise([&](A v) { return exp2_acc(scale2 * v - top); });
   } else {
     A top_natural = -std::numeric_limits<A>::infinity();
-    for_each_staged<kVec, A>(stage, valid, [&](A v) { top_natural = max_acc(top_natural, scale * v); });
+    for_each_staged<kVec, A>(stage, valid, [&](A v) { top_natural = max_acc(top_natural, mul_rn(scale, v)); });
     top_natural = warp_allreduce<MaxOp<A>>(top_natural);
-    normalise([&](A v) { return (scale * v - top_natural) * static_cast<A>(kLog2e); });
+    normalise([&](A v) { return exp_shifted(mul_rn(scale, v), top_natural); });
   }
 }
 

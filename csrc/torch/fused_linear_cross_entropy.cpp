@@ -94,7 +94,6 @@ at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const 
 // its rows of grad_hidden and adds into grad_weight and grad_bias.
 struct Gradients {
   at::Tensor hidden, weight, bias;  // bias: accumulated in the accumulator type; undefined without one
-  bool first = true;  // the first chunk writes grad_weight (no zero fill, no read of it)
 
   Gradients(const at::Tensor& h, const at::Tensor& w, bool has_bias, at::ScalarType acc)
       : hidden(at::empty_like(h, at::MemoryFormat::Contiguous)),
@@ -109,9 +108,8 @@ struct Gradients {
     if (capped.defined()) grad.mul_(capped);
     at::Tensor rows = hidden.narrow(0, start, grad.size(0));
     at::mm_out(rows, grad, w);
-    if (first) at::mm_out(weight, grad.t(), h);
+    if (start == 0) at::mm_out(weight, grad.t(), h);  // the first chunk writes it: no zero fill, no read
     else weight.addmm_(grad.t(), h);
-    first = false;
     if (bias.defined()) bias += grad.sum(0, false, bias.scalar_type());
   }
 
