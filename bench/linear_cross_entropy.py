@@ -4,7 +4,10 @@ it, and Liger-Kernel's fused linear cross-entropy (when installed): forward +
 backward time and peak extra memory, plus the time of the three matmuls alone
 (logits, grad_hidden, grad_weight) of the same shapes.
 
-    python3 bench/linear_cross_entropy.py [--tokens 8192] [--hidden 4096] [--vocab 128256]
+    python3 bench/linear_cross_entropy.py [--tokens 8192] [--hidden 4096] [--vocab 128256] [--profile]
+
+--profile also prints where fastreduce's step spends its device time, by
+kernel (the profiler's device spans, summed over one step).
 """
 
 from __future__ import annotations
@@ -38,11 +41,30 @@ def peers():
     return found
 
 
+def device_time_by_kernel(step) -> list[list]:
+    """One step under the profiler: device µs per kernel name, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    totals: dict[str, list] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            entry = totals.setdefault(event.name[:90], [0.0, 0])
+            entry[0] += event.device_time
+            entry[1] += 1
+    return [[name, us, count] for name, (us, count) in sorted(totals.items(), key=lambda kv: -kv[1][0])]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=128256)
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     n, d, v = args.tokens, args.hidden, args.vocab
     env = environment()
@@ -90,6 +112,12 @@ def main():
              f"(three matmuls alone: {floor:.0f} µs; fastreduce vs best other: {best / ours[1]:.2f}x)")
     print(header(env))
     text = print_table(title, ["impl", "µs", "x matmuls", "peak extra MiB (beyond grads)", "loss"], rows)
+    if args.profile:
+        def ours_step():
+            h.grad = w.grad = None
+            fr.fused_linear_cross_entropy(h, w, t).backward()
+        print_table("fastreduce's step by kernel (device µs)", ["kernel", "µs", "launches"],
+                    device_time_by_kernel(ours_step))
     save_json("linear_cross_entropy.json", {"environment": env, "rows": rows, "matmuls_us": floor,
                                             "markdown": text})
 

@@ -46,8 +46,9 @@ def test_softmax_of_huge_logits(device, magnitude):
         torch.testing.assert_close(fr.softmax(x, -1), torch.softmax(x, -1))
     scores = (torch.rand(2, 8, 8, device=device) + 1) * magnitude
     upper = torch.ones(8, 8, dtype=torch.bool, device=device).triu(1)
-    expected = torch.softmax((0.5 * scores).masked_fill(upper, float("-inf")), -1)
-    torch.testing.assert_close(fr.causal_softmax(scores, 0.5), expected)
+    for scale in (0.5, 96 ** -0.5):  # a power of two, and one whose product rounds
+        expected = torch.softmax((scale * scores).masked_fill(upper, float("-inf")), -1)
+        torch.testing.assert_close(fr.causal_softmax(scores, scale), expected)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -17,11 +17,12 @@ namespace fastreduce {
 namespace {
 
 constexpr const char* kOp = "fused_linear_cross_entropy";
-// Logits bytes per chunk. Each chunk reads and rewrites all of grad_weight
-// (its addmm), so fewer chunks are faster; a chunk's logits, their gradient
-// written over them, are the op's extra memory: 512 MiB, 1/8 of the float32
-// logits at 8192 tokens x 128256 classes (soft-capping adds its temporaries).
-constexpr int64_t kChunkBytes = int64_t{1} << 29;
+// A chunk's logits, their gradient written over them, are the op's extra
+// memory: 1/8 of the float32 logits it replaces, within [32 MiB, 512 MiB]
+// (soft-capping adds its temporaries). Each chunk after the first reads and
+// rewrites all of grad_weight (its addmm), so fewer chunks are faster.
+constexpr int64_t kMinChunkBytes = int64_t{1} << 25;
+constexpr int64_t kMaxChunkBytes = int64_t{1} << 29;
 
 struct Problem {
   int64_t rows, chunk;
@@ -61,7 +62,8 @@ Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tens
   TORCH_CHECK(!softcap.has_value() || *softcap > 0.0, kOp, ": argument 'softcap' must be positive");
   TORCH_CHECK(weight.size(0) > 0 || hidden.size(0) == 0, kOp, ": argument 'weight' has no classes");
   const int64_t classes = std::max<int64_t>(weight.size(0), 1);
-  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (classes * hidden.element_size()), 1,
+  const int64_t budget = std::clamp<int64_t>(hidden.size(0) * classes * 4 / 8, kMinChunkBytes, kMaxChunkBytes);
+  const int64_t chunk = std::clamp<int64_t>(budget / (classes * hidden.element_size()), 1,
                                             std::max<int64_t>(hidden.size(0), 1));
   return {hidden.size(0), chunk, reduction == "sum", reduction == "none"};
 }

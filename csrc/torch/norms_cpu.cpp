@@ -218,10 +218,14 @@ void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& ar
       const int64_t valid = args.causal ? r % args.causal + 1 : n;
       const A* row = cpu::widen(xs + r * n, valid, buffers.in);
       A* out = output_row(ys + r * n, buffers.out, n);
-      // The exponentials go into the output row, then are scaled by 1/sum.
+      // scale * x goes into the output row, rounded there (a product fused
+      // into the subtraction below would leave its rounding error, huge for
+      // huge scores, in the largest entry's exponent); then the exponentials,
+      // then their scaling by 1/sum.
       V top(-std::numeric_limits<A>::infinity());
       for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
         const V v = V::loadu(row + i, count) * V(scale);
+        v.store(out + i, count);
         top = at::vec::maximum(top, count == V::size() ? v : V::set(top, v, count));
       });
       const A largest = at::vec::vec_reduce_all([](V a, V b) { return at::vec::maximum(a, b); }, top);
@@ -234,7 +238,7 @@ void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& ar
       const V row_max(largest);
       V total(0);
       for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
-        const V e = vec_exp(V::loadu(row + i, count) * V(scale) - row_max);
+        const V e = vec_exp(V::loadu(out + i, count) - row_max);
         total = total + (count == V::size() ? e : V::set(V(0), e, count));
         e.store(out + i, count);
       });
