@@ -1,7 +1,9 @@
-"""The fused cross-entropy: typed wrapper and fake kernels. Autograd is C++
-(csrc/torch/autograd.cpp) and calls the registered backward op; with
-``inplace_backward`` a Python autograd function writes the gradient over the
-logits instead."""
+"""The fused cross-entropy: typed wrapper and fake kernels. When the loss
+(mean or sum) will be differentiated, its gradient is computed in the
+forward from the same read of the logits, and the backward only scales it
+(_GradInForward); otherwise C++ autograd (csrc/torch/autograd.cpp) calls the
+registered backward op, or, with ``inplace_backward``, a Python autograd
+function writes the gradient over the logits."""
 
 from __future__ import annotations
 
@@ -28,13 +30,22 @@ def cross_entropy(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """:func:`torch.nn.functional.cross_entropy` for ``(N, C)`` logits and ``(N,)``
     int64 class indices, fused: the forward reads the logits once and never
-    materialises probabilities, the backward writes the gradient in one more
-    pass. With ``return_lse`` also returns each row's log-sum-exp (float32, or
-    float64 for float64 logits), differentiable, for z-loss. With
-    ``inplace_backward`` (contiguous logits) the backward writes the gradient
-    over the logits instead of a new tensor: one logits-sized buffer less, for
-    callers that no longer need the logits after the loss."""
-    if inplace_backward and input.requires_grad and torch.is_grad_enabled() and input.is_contiguous():
+    materialises probabilities. When the loss (reduction mean or sum) will be
+    differentiated, the same read also writes its gradient, which autograd
+    holds instead of the logits; the backward scales it by the incoming
+    gradient (not at all when that is 1). With ``return_lse`` also returns
+    each row's log-sum-exp (float32, or float64 for float64 logits),
+    differentiable, for z-loss; the gradient then comes in the backward. With
+    ``inplace_backward`` (contiguous logits) the gradient is written over the
+    logits instead of a new tensor: one logits-sized buffer less, for callers
+    that no longer need the logits after the loss."""
+    wants_grad = input.requires_grad and torch.is_grad_enabled()
+    if wants_grad and reduction in ("mean", "sum") and not return_lse and type(input) is Tensor:
+        if input.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(input.device.type):
+            input = input.float()  # autocast runs cross_entropy in float32, as torch
+        return _GradInForward.apply(input, target, reduction, ignore_index, label_smoothing,
+                                    inplace_backward and input.is_contiguous())
+    if inplace_backward and wants_grad and input.is_contiguous():
         loss, lse = _InplaceBackward.apply(input, target, reduction, ignore_index, label_smoothing)
     elif plain(input):
         loss, lse = _C.cross_entropy(input, target, reduction, ignore_index, label_smoothing)
@@ -76,6 +87,56 @@ def _cross_entropy_backward_inplace_fake(input, grad_loss, grad_lse, target, lse
                                          label_smoothing):
     _check("_cross_entropy_backward_", input, target, reduction)
     torch._check(input.is_contiguous(), lambda: "_cross_entropy_backward_: argument 'input' must be contiguous")
+
+
+@torch.library.register_fake("fastreduce::_cross_entropy_with_grad")
+def _cross_entropy_with_grad_fake(input, target, reduction, ignore_index, label_smoothing):
+    _check("_cross_entropy_with_grad", input, target, reduction)
+    torch._check(reduction != "none", lambda: "_cross_entropy_with_grad: needs reduction 'mean' or 'sum'")
+    loss, lse = _cross_entropy_fake(input, target, reduction, ignore_index, label_smoothing)
+    return loss, lse, torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("fastreduce::_cross_entropy_with_grad_")
+def _cross_entropy_with_grad_inplace_fake(input, target, reduction, ignore_index, label_smoothing):
+    _check("_cross_entropy_with_grad_", input, target, reduction)
+    torch._check(reduction != "none", lambda: "_cross_entropy_with_grad_: needs reduction 'mean' or 'sum'")
+    torch._check(input.is_contiguous(), lambda: "_cross_entropy_with_grad_: argument 'input' must be contiguous")
+    return _cross_entropy_fake(input, target, reduction, ignore_index, label_smoothing)
+
+
+@torch.library.register_fake("fastreduce::_scale_unless_one_")
+def _scale_unless_one_fake(self, factor):
+    torch._check(factor.numel() == 1, lambda: "_scale_unless_one_: argument 'factor' must hold one element")
+
+
+class _GradInForward(torch.autograd.Function):
+    """cross_entropy (mean or sum) whose gradient comes from the forward's one
+    read of the logits; the backward scales it in place by the incoming
+    gradient, on the device (no host synchronisation), skipping the pass when
+    that is 1. So a second backward through one call is refused."""
+
+    @staticmethod
+    def forward(ctx, input, target, reduction, ignore_index, label_smoothing, inplace):
+        if inplace:
+            grad = input.detach()  # the same storage: the gradient is written over the logits
+            loss, _ = torch.ops.fastreduce._cross_entropy_with_grad_(grad, target, reduction, ignore_index,
+                                                                     label_smoothing)
+        else:
+            loss, _, grad = torch.ops.fastreduce._cross_entropy_with_grad(input, target, reduction, ignore_index,
+                                                                          label_smoothing)
+        ctx.save_for_backward(grad)
+        ctx.scaled = False
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        torch._check(not ctx.scaled, lambda: "cross_entropy: a second backward through the same call is not "
+                     "supported (its gradient is computed in the forward and scaled in place by the first)")
+        ctx.scaled = True
+        (grad,) = ctx.saved_tensors
+        torch.ops.fastreduce._scale_unless_one_(grad, grad_loss)
+        return grad, None, None, None, None, None
 
 
 class _InplaceBackward(torch.autograd.Function):

@@ -776,6 +776,57 @@ def _cross_entropy_backward_inplace(case):
     return trial
 
 
+@op("_cross_entropy_with_grad")
+def _cross_entropy_with_grad(case):
+    """cross_entropy's cases: the loss, lse and the loss's gradient in one call."""
+    trial = _cross_entropy(case)
+
+    def theirs(x, target, reduction, ignore_index, label_smoothing):
+        if reduction not in ("mean", "sum"):
+            raise RuntimeError("the gradient in the forward needs reduction mean or sum")
+        leaf = x.detach().requires_grad_()
+        loss, lse = _cross_entropy_ref(leaf, target, reduction, ignore_index, label_smoothing)
+        return loss.detach(), lse.detach(), torch.autograd.grad(loss, leaf)[0]
+
+    trial.ours, trial.theirs, trial.loose_nonfinite = ops._cross_entropy_with_grad, theirs, (0, 2)
+    return trial
+
+
+@op("_cross_entropy_with_grad_")
+def _cross_entropy_with_grad_inplace(case):
+    """_cross_entropy_with_grad's cases, the gradient written over a contiguous copy of the logits."""
+    trial = _cross_entropy_with_grad(case)
+
+    def ours(x, *options):
+        logits = x.clone(memory_format=torch.contiguous_format)
+        return (*ops._cross_entropy_with_grad_(logits, *options), logits)
+
+    trial.ours = ours
+    return trial
+
+
+@op("_scale_unless_one_")
+def _scale_unless_one(case):
+    x = case.tensor(case.shape(max_dim=3), case.pick("dtype", FLOATS))
+    factor = case.tensor((2,) if case.chance("factor_not_one_element", 0.05) else (), _acc(x), "factor",
+                         layout="contiguous", special=None)
+    if case.chance("factor_one", 0.3):
+        factor = torch.ones_like(factor)
+
+    def ours(x, factor):
+        data = x.clone()  # keeps a dense non-contiguous layout (transposed): refused
+        ops._scale_unless_one_(data, factor)
+        return data
+
+    def theirs(x, factor):
+        _same_device(x, factor)
+        if not x.clone().is_contiguous() or factor.numel() != 1:
+            raise RuntimeError("contiguous data and a one-element factor")
+        return x.clone() if factor.item() == 1 else (x.to(_acc(x)) * factor).to(x.dtype)
+
+    return Trial(ours, (x, factor), {}, theirs)
+
+
 def _linear_loss_inputs(case):
     rows, hidden, classes = case.rng.choice([0, 1, 5, 33]), case.rng.choice([1, 8, 24]), case.rng.choice([1, 7, 300])
     dtype = case.pick("dtype", FLOATS)
@@ -822,8 +873,8 @@ def _fused_linear_cross_entropy_with_grads(case):
         if reduction == "none":
             raise RuntimeError("gradients in the forward need reduction mean or sum")
         loss, lse = _linear_loss_ref(h, w, target, b, reduction, *options)
-        # The gradients of the summed row losses; the backward op scales them for 'mean'.
-        grads = _grads(lambda h, w, b: _linear_loss_ref(h, w, target, b, "sum", *options)[0], (h, w, b),
+        # The loss's gradients; the autograd node scales them by the incoming one.
+        grads = _grads(lambda h, w, b: _linear_loss_ref(h, w, target, b, reduction, *options)[0], (h, w, b),
                        torch.ones_like(loss))
         return (loss, lse, *grads)
 

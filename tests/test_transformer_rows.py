@@ -216,7 +216,8 @@ def ce_reference(logits, target, ignore_index, reduction, smoothing):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("shape", [(1, 7), (13, 33), (64, 1000), (5, 50304)])
-def test_cross_entropy_every_option(device, dtype, shape):
+@pytest.mark.parametrize("return_lse", [True, False])  # False: the gradient comes from the forward
+def test_cross_entropy_every_option(device, dtype, shape, return_lse):
     n, v = shape
     logits = (torch.randn(n, v, device=device) * 3).to(dtype)
     target = torch.randint(0, v, (n,), device=device)
@@ -225,13 +226,15 @@ def test_cross_entropy_every_option(device, dtype, shape):
             target[1] = ignore_index
             target[n // 2] = 3  # ignored too with ignore_index 3
         x = logits.clone().requires_grad_(True)
-        loss, lse = fr.cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction,
-                                     label_smoothing=smoothing, return_lse=True)
+        out = fr.cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction,
+                               label_smoothing=smoothing, return_lse=return_lse)
+        loss = out[0] if return_lse else out
         assert loss.dtype == dtype and loss.shape == ((n,) if reduction == "none" else ())
         x64 = logits.double().requires_grad_(True)
         ref = ce_reference(x64, target, ignore_index, reduction, smoothing)
         close_to_reference(loss, ref.detach(), scale=1.0)
-        close_to_reference(lse.to(dtype), torch.logsumexp(logits.double(), 1), scale=1.0)
+        if return_lse:
+            close_to_reference(out[1].to(dtype), torch.logsumexp(logits.double(), 1), scale=1.0)
         g = torch.rand_like(ref) + 0.5
         (grad,) = torch.autograd.grad(loss, x, g.to(dtype))
         (ref_grad,) = torch.autograd.grad(ref, x64, g)
@@ -264,6 +267,60 @@ def test_cross_entropy_inplace_backward(device, dtype, reduction, smoothing, wit
     torch.testing.assert_close(loss_inplace, loss)
     torch.testing.assert_close(grad_inplace, grad)
     torch.testing.assert_close(overwritten, grad)  # hidden * 1: the logits' gradient is hidden's
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_cross_entropy_gradient_in_forward(device, inplace):
+    # The gradient computed in the forward: scaled by the incoming gradient
+    # (1 or not), once only; under autocast in float32, as torch's loss.
+    logits = torch.randn(9, 300, device=device)
+    target = torch.randint(0, 300, (9,), device=device)
+    for g in (1.0, -2.5):
+        x = logits.clone().requires_grad_()
+        loss = fr.cross_entropy(x * 1, target, inplace_backward=inplace)
+        loss.backward(torch.tensor(g, device=device), retain_graph=True)
+        x_ref = logits.clone().requires_grad_()
+        (F.cross_entropy(x_ref, target) * g).backward()
+        torch.testing.assert_close(x.grad, x_ref.grad)
+        with pytest.raises(RuntimeError, match="second backward"):
+            loss.backward()
+    dtype = torch.bfloat16
+    with torch.autocast(device, dtype=dtype):
+        x = logits.to(dtype).requires_grad_()
+        loss = fr.cross_entropy(x, target, inplace_backward=inplace)
+        assert loss.dtype == F.cross_entropy(x, target).dtype == torch.float32
+    loss.backward()
+    x_ref = logits.to(dtype).requires_grad_()
+    with torch.autocast(device, dtype=dtype):
+        F.cross_entropy(x_ref, target).backward()
+    assert x.grad.dtype == dtype
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_cross_entropy_gradient_in_forward_holds_no_more_memory():
+    # Between forward and backward autograd holds the gradient instead of
+    # the logits: with the logits dropped, no more than before.
+    hidden = torch.randn(512, 64, device="cuda", requires_grad=True)
+    head = torch.randn(50304, 64, device="cuda") / 8
+    target = torch.randint(0, 50304, (512,), device="cuda")
+
+    def held(**options):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        loss = fr.cross_entropy(hidden @ head.T, target, **options)
+        torch.cuda.synchronize()
+        return loss, torch.cuda.memory_allocated() - before
+
+    logits_bytes = 512 * 50304 * 4
+    for options in ({}, {"inplace_backward": True}):
+        loss, extra = held(**options)
+        assert extra <= logits_bytes + 2**20, (options, extra)
+        loss.backward()
+    loss, extra = held(return_lse=True)  # the gradient comes in the backward: the logits are held
+    assert logits_bytes <= extra <= logits_bytes + 2**20
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -373,6 +430,9 @@ def samples(device):
         (ops.add_rms_norm.default, (x, r, [24], w, None), {}),
         (ops.cross_entropy.default, (x, target, "mean", -100, 0.1), {}),
         (ops.cross_entropy.default, (x, zero_ignored, "none", 0, 0.0), {}),
+        (ops._cross_entropy_with_grad.default, (x.detach(), target, "mean", -100, 0.1), {}),
+        (ops._cross_entropy_with_grad_.default, (x.detach().clone(), target, "sum", -100, 0.0), {}),
+        (ops._scale_unless_one_.default, (x.detach().clone(), torch.tensor(2.0, device=device)), {}),
     ]
 
 

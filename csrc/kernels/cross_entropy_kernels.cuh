@@ -6,8 +6,8 @@
 // max, rescaled sum) per thread, and never writes probabilities; the
 // backward reads the row once more and writes the gradient
 //   dx = (g + g_lse) * softmax(x) - g * ((1 - eps) * [j == target] + eps / classes)
-// The forward_backward kernel does both for g = 1 in one block per row (the
-// fused linear cross-entropy's chunks).
+// The forward_backward kernel does both in one block per row when the
+// gradient is known in the forward (the loss's own, scaled later).
 // One block per row: vocabulary rows are long (50k-256k), rows are many.
 #pragma once
 
@@ -164,15 +164,16 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   row_loss[row] = row_loss_of(a, x, state, a.target[row]);
 }
 
-// The forward and the gradient of the summed row losses in one kernel: the
-// row is read for its log-sum-exp, then again (from L2: the block's own row,
-// just read) for the gradient, written over the logits when grad_input is
-// the logits. Two passes over memory instead of the three of a forward and a
-// backward.
+// The forward and the gradient of grad_scale * (the summed row losses) in
+// one kernel (grad_scale null: 1): the row is read for its log-sum-exp,
+// then again (from L2: the block's own row, just read) for the gradient,
+// written over the logits when grad_input is the logits. Two passes over
+// memory instead of the three of a forward and a backward.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
-    cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, opmath_t<T>* __restrict__ lse,
-                                          opmath_t<T>* __restrict__ row_loss, T* grad_input) {
+    cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ grad_scale,
+                                          opmath_t<T>* __restrict__ lse, opmath_t<T>* __restrict__ row_loss,
+                                          T* grad_input) {
   using A = opmath_t<T>;
   const int64_t row = blockIdx.x;
   const T* x = a.logits + row * a.classes;
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
     row_loss[row] = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
   }
   __syncthreads();
-  const A g = t == a.ignore_index ? A(0) : A(1);
+  const A g = t == a.ignore_index ? A(0) : grad_scale ? *grad_scale : A(1);
   write_row_gradient<kVec>(a, x, grad_input + row * a.classes, t, g, g, lse_row);
 }
 

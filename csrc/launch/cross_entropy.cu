@@ -79,7 +79,8 @@ cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const void* g
 }
 
 cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const void* logits, const int64_t* target,
-                                           void* lse, void* row_loss, void* grad_input, cudaStream_t stream) {
+                                           const void* grad_scale, void* lse, void* row_loss, void* grad_input,
+                                           cudaStream_t stream) {
   if (shape.rows == 0) return cudaSuccess;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -89,7 +90,8 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       constexpr int kVec = decltype(vec)::value;
       cross_entropy_forward_backward_kernel<T, kVec>
           <<<shape.rows, cross_entropy_threads(shape.classes / kVec), 0, stream>>>(
-              a, static_cast<A*>(lse), static_cast<A*>(row_loss), static_cast<T*>(grad_input));
+              a, static_cast<const A*>(grad_scale), static_cast<A*>(lse), static_cast<A*>(row_loss),
+              static_cast<T*>(grad_input));
       return cudaGetLastError();
     });
   });

@@ -31,9 +31,12 @@ cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const void* g
                                    const void* logits, const int64_t* target, const void* lse, void* grad_input,
                                    void* workspace, cudaStream_t stream);
 
-// The forward's lse and row losses (no reduction) and the gradient of the
-// summed row losses, in one kernel; grad_input may be the logits (in place).
+// The forward's lse and row losses (no reduction) and the gradient of
+// *grad_scale times the summed row losses (grad_scale: a device value of the
+// accumulator type, or null for 1), in one kernel; grad_input may be the
+// logits (in place).
 cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const void* logits, const int64_t* target,
-                                           void* lse, void* row_loss, void* grad_input, cudaStream_t stream);
+                                           const void* grad_scale, void* lse, void* row_loss, void* grad_input,
+                                           cudaStream_t stream);
 
 }  // namespace fastreduce

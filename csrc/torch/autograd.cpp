@@ -263,9 +263,9 @@ struct CausalSoftmaxFunction {
 };
 
 // fused_linear_cross_entropy with reduction mean or sum: the forward already
-// computed the gradients of the summed row losses; the backward scales them
-// in place by the loss gradient (and 1 / kept rows for mean): a copy of
-// grad_weight would be the largest allocation of the step. So a second
+// computed the loss's gradients; the backward scales them in place by the
+// incoming gradient, on the device and not at all when it is 1 (a copy of
+// grad_weight would be the largest allocation of the step). So a second
 // backward through one call (retain_graph) is refused rather than scaled
 // twice. lse has no gradient here.
 struct FusedLinearCrossEntropyFunction {
@@ -277,15 +277,12 @@ struct FusedLinearCrossEntropyFunction {
     return call_fused_linear_cross_entropy_with_grads(hidden, weight, target, bias, reduction, ignore_index,
                                                       label_smoothing, softcap);
   }
-  static void save(NodeContext* ctx, const Outputs& out, const at::Tensor&, const at::Tensor&,
-                   const at::Tensor& target, const std::optional<at::Tensor>& bias, c10::string_view reduction,
-                   int64_t ignore_index, double, std::optional<double>) {
+  static void save(NodeContext* ctx, const Outputs& out, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                   const std::optional<at::Tensor>& bias, c10::string_view, int64_t, double, std::optional<double>) {
     const auto& [loss, lse, grad_hidden, grad_weight, grad_bias] = out;
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     ctx->saved_data["scaled"] = false;
-    at::Tensor scale = reduction == "mean" ? (target != ignore_index).sum().to(lse.scalar_type()).reciprocal()
-                                           : at::ones({}, lse.options());
-    ctx->save_for_backward({grad_hidden, grad_weight, grad_bias, scale});
+    ctx->save_for_backward({grad_hidden, grad_weight, grad_bias});
     ctx->mark_non_differentiable({lse, grad_hidden, grad_weight, grad_bias});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
@@ -294,8 +291,7 @@ struct FusedLinearCrossEntropyFunction {
                 "gradients are computed in the forward and scaled in place by the first)");
     ctx->saved_data["scaled"] = true;
     auto saved = ctx->get_saved_variables();
-    const at::Tensor scale = grads[0] * saved[3];
-    for (int i = 0; i < 3; ++i) saved[i].mul_(scale.to(saved[i].scalar_type()));
+    for (auto& grad : saved) call_scale_unless_one(grad, grads[0]);
     return {saved[0], saved[1], {}, ctx->saved_data["has_bias"].toBool() ? saved[2] : at::Tensor(), {}, {}, {}, {}};
   }
 };

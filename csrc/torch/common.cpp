@@ -62,10 +62,11 @@ void norm_forward_cuda(NormForwardTensors&, bool, const NormArgs&) { no_cuda(); 
 void norm_backward_cuda(NormBackwardTensors&, bool, const NormArgs&) { no_cuda(); }
 void cross_entropy_forward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&,
                                 const CrossEntropyArgs&) { no_cuda(); }
-void cross_entropy_forward_backward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&,
-                                         const CrossEntropyArgs&) {
+void cross_entropy_forward_backward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
+                                         at::Tensor&, at::Tensor&, const CrossEntropyArgs&) {
   no_cuda();
 }
+void scale_unless_one_cuda(at::Tensor&, const at::Tensor&) { no_cuda(); }
 void cross_entropy_backward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                  const at::Tensor&, at::Tensor&, const CrossEntropyArgs&) { no_cuda(); }
 void normalize_rows_cuda(NormApplyTensors&, int64_t, int64_t) { no_cuda(); }

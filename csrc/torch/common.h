@@ -103,10 +103,25 @@ void cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& 
                                  const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
                                  const CrossEntropyArgs& args);
 
-// lse and row losses (accumulator type, rows each) and the gradient of their
-// sum, in one pass; grad_input may be the logits.
-void cross_entropy_forward_backward_cuda(const at::Tensor& logits, const at::Tensor& target, at::Tensor& lse,
-                                         at::Tensor& row_loss, at::Tensor& grad_input, const CrossEntropyArgs& args);
+// lse and row losses (accumulator type, rows each) and the gradient of
+// grad_scale (a 0-d accumulator-type tensor, or undefined for 1) times their
+// sum, in one kernel; grad_input may be the logits.
+void cross_entropy_forward_backward_cuda(const at::Tensor& logits, const at::Tensor& target,
+                                         const at::Tensor& grad_scale, at::Tensor& lse, at::Tensor& row_loss,
+                                         at::Tensor& grad_input, const CrossEntropyArgs& args);
+// Each row's loss (accumulator type) from its lse: (1 - eps) (lse - z_target)
+// + eps (lse - mean z), 0 on ignored rows, NaN for a target out of range.
+at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
+                                    int64_t ignore_index, double label_smoothing);
+// cross_entropy_forward_backward_cuda on either device (the CPU in three
+// passes); target contiguous.
+void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
+                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
+                                  int64_t ignore_index, double label_smoothing);
+
+// data (contiguous) *= factor (0-d, data's accumulator type, same device)
+// unless the factor is 1; no host synchronisation on CUDA.
+void scale_unless_one_cuda(at::Tensor& data, const at::Tensor& factor);
 
 // cross_entropy_backward into a given (N, C) buffer of the logits' dtype,
 // which may be the logits themselves when they are contiguous (in place).

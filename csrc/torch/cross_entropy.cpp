@@ -1,7 +1,10 @@
 // cross_entropy: argument checks and outputs; the CPU and CUDA backends do
 // the rest.
 #include "common.h"
+#include "dispatch.h"
 #include "ops.h"
+
+#include <limits>
 
 namespace fastreduce {
 namespace {
@@ -89,6 +92,100 @@ void backend::cross_entropy_backward_inplace(const at::Tensor& input, const at::
   at::Tensor grad_input = input;
   cross_entropy_backward_into(grad_loss, grad_lse, input, target, lse, reduction, ignore_index, label_smoothing,
                               grad_input);
+}
+
+// Each row's loss in the accumulator type, from its log-sum-exp (the
+// CPU's cross_entropy gives them in the logits' dtype):
+// (1 - eps) (lse - z_target) + eps (lse - mean z), 0 on ignored rows; NaN
+// on a row holding +inf (lse +inf), as torch's log_softmax there.
+at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
+                                    int64_t ignore_index, double label_smoothing) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor lse = at::where(at::isposinf(row_lse), nan, row_lse);
+  const at::Tensor kept = target != ignore_index;
+  // A class outside [0, classes) reads class 0 and gives NaN: no host check (a sync), no device assert.
+  const at::Tensor in_range = target.ge(0).logical_and(target.lt(logits.size(1)));
+  const at::Tensor index = at::where(kept.logical_and(in_range), target, at::zeros({}, target.options())).unsqueeze(1);
+  at::Tensor loss = (lse - logits.gather(1, index).squeeze(1).to(lse.scalar_type())) * (1.0 - label_smoothing);
+  if (label_smoothing > 0.0) loss += (lse - call_mean(logits, at::IntArrayRef{1}, false, lse.scalar_type())) * label_smoothing;
+  return at::where(kept, at::where(in_range, loss, nan), at::zeros({}, loss.options()));
+}
+
+void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
+                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
+                                  int64_t ignore_index, double label_smoothing) {
+  const int64_t rows = logits.size(0);
+  if (logits.is_cuda()) {
+    cross_entropy_forward_backward_cuda(logits, target, grad_scale, lse, row_loss, grad_input,
+                                        {rows, logits.size(1), ignore_index, label_smoothing, 0});
+    return;
+  }
+  lse.copy_(std::get<1>(call_cross_entropy(logits, target, "none", ignore_index, label_smoothing)));
+  row_loss.copy_(cross_entropy_row_losses(logits, target, lse, ignore_index, label_smoothing));
+  cross_entropy_backward_into(at::ones({rows}, logits.options()), std::nullopt, logits, target, lse, "none",
+                              ignore_index, label_smoothing, grad_input);
+  // An infinite scale (mean over no kept rows) meets only ignored rows, whose gradient stays 0.
+  if (grad_scale.defined()) grad_input.mul_(at::where(at::isinf(grad_scale), 0.0, grad_scale));
+}
+
+namespace {
+
+// The loss and lse, the loss's gradient written into grad_input (which may
+// be the logits).
+std::tuple<at::Tensor, at::Tensor> with_grad_into(const at::Tensor& input, const at::Tensor& target,
+                                                  c10::string_view reduction, int64_t ignore_index,
+                                                  double label_smoothing, at::Tensor& grad_input, const char* op) {
+  const CrossEntropyArgs args = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
+  TORCH_CHECK(args.reduction != 0, op, ": the gradient in the forward needs reduction 'mean' or 'sum'");
+  const at::Tensor targets = target.contiguous();
+  at::Tensor lse = at::empty({args.rows}, input.options().dtype(acc_type(input)));
+  at::Tensor row_loss = at::empty({args.rows}, lse.options());
+  // d loss / d row loss: 1 for sum, 1 / (rows kept) for mean (inf when none
+  // is kept: the loss is then 0 / 0 = NaN and every row's gradient 0, as torch).
+  const at::Tensor kept = (targets != ignore_index).sum().to(lse.scalar_type());
+  const at::Tensor scale = args.reduction == 1 ? kept.reciprocal() : at::Tensor();
+  if (args.rows > 0) cross_entropy_with_grad_rows(input, targets, scale, lse, row_loss, grad_input, ignore_index,
+                                                  label_smoothing);
+  at::Tensor loss = args.reduction == 1 ? row_loss.sum() / kept : row_loss.sum();
+  return {loss.to(input.scalar_type()), lse};
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::cross_entropy_with_grad(const at::Tensor& input,
+                                                                                const at::Tensor& target,
+                                                                                c10::string_view reduction,
+                                                                                int64_t ignore_index,
+                                                                                double label_smoothing) {
+  at::Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
+  const auto [loss, lse] = with_grad_into(input.contiguous(), target, reduction, ignore_index, label_smoothing,
+                                          grad_input, "_cross_entropy_with_grad");
+  return {loss, lse, grad_input};
+}
+
+std::tuple<at::Tensor, at::Tensor> backend::cross_entropy_with_grad_inplace(const at::Tensor& input,
+                                                                            const at::Tensor& target,
+                                                                            c10::string_view reduction,
+                                                                            int64_t ignore_index,
+                                                                            double label_smoothing) {
+  TORCH_CHECK(input.is_contiguous(), "_cross_entropy_with_grad_: argument 'input' must be contiguous (the gradient "
+                                     "is written over it)");
+  at::Tensor grad_input = input;
+  return with_grad_into(input, target, reduction, ignore_index, label_smoothing, grad_input,
+                        "_cross_entropy_with_grad_");
+}
+
+void backend::scale_unless_one(const at::Tensor& self, const at::Tensor& factor) {
+  const char* op = "_scale_unless_one_";
+  TORCH_CHECK(self.is_contiguous(), op, ": argument 'self' must be contiguous");
+  TORCH_CHECK(factor.numel() == 1, op, ": argument 'factor' must hold one element, got ", to_text(factor.numel()));
+  check_same_device(factor, self, op, "factor", "self");
+  at::Tensor data = self;
+  if (!self.is_cuda()) {
+    if (factor.item<double>() != 1.0) data.mul_(factor.reshape({}));
+    return;
+  }
+  scale_unless_one_cuda(data, factor.reshape({}).to(acc_type(self)).contiguous());
 }
 
 }  // namespace fastreduce

@@ -1,4 +1,5 @@
 #include "../launch/cross_entropy.h"
+#include "../launch/scale.h"
 #include "common.h"
 #include "cuda_utils.h"
 
@@ -35,13 +36,23 @@ void cross_entropy_backward_cuda(const at::Tensor& grad_loss, const at::Tensor& 
              "cross_entropy_backward");
 }
 
-void cross_entropy_forward_backward_cuda(const at::Tensor& logits, const at::Tensor& target, at::Tensor& lse,
-                                         at::Tensor& row_loss, at::Tensor& grad_input, const CrossEntropyArgs& args) {
+void cross_entropy_forward_backward_cuda(const at::Tensor& logits, const at::Tensor& target,
+                                         const at::Tensor& grad_scale, at::Tensor& lse, at::Tensor& row_loss,
+                                         at::Tensor& grad_input, const CrossEntropyArgs& args) {
   const c10::cuda::CUDAGuard guard(logits.device());
   check_cuda(cross_entropy_forward_backward(shape_of(logits, args, "cross_entropy"), logits.const_data_ptr(),
-                                            target.const_data_ptr<int64_t>(), lse.data_ptr(), row_loss.data_ptr(),
-                                            grad_input.data_ptr(), current_stream()),
+                                            target.const_data_ptr<int64_t>(),
+                                            grad_scale.defined() ? grad_scale.const_data_ptr() : nullptr,
+                                            lse.data_ptr(), row_loss.data_ptr(), grad_input.data_ptr(),
+                                            current_stream()),
              "cross_entropy");
+}
+
+void scale_unless_one_cuda(at::Tensor& data, const at::Tensor& factor) {
+  const c10::cuda::CUDAGuard guard(data.device());
+  check_cuda(scale_unless_one(to_dtype(data.scalar_type(), "_scale_unless_one_"), data.data_ptr(), data.numel(),
+                              factor.const_data_ptr(), sm_count(), current_stream()),
+             "_scale_unless_one_");
 }
 
 }  // namespace fastreduce

@@ -1,17 +1,14 @@
 // fused_linear_cross_entropy: the cross-entropy of hidden @ weight.T + bias
 // without the (tokens, vocab) logits. Rows go through in chunks whose logits
-// fit a fixed budget: each chunk's logits come from ATen's matmul (cuBLAS on
-// CUDA), the loss from the chunk's log-sum-exp (fastreduce's cross_entropy),
-// and, when gradients are wanted, the chunk's logit gradient (fastreduce's
-// cross_entropy_backward, written over the logits) goes straight into
-// grad_hidden and grad_weight by matmul. Device-generic: every step is a
-// dispatcher op or, for the in-place gradient, cross_entropy_backward_into
-// (which picks the device). Without a bias the bias gradient is an empty
+// fit a budget: each chunk's logits come from ATen's matmul (cuBLAS on
+// CUDA), and, when gradients are wanted, one pass of fastreduce's
+// cross-entropy gives the chunk's row losses and writes their gradient over
+// the logits, which goes straight into grad_hidden and grad_weight by
+// matmul. Device-generic: every step is a dispatcher op or a cross-entropy
+// helper that picks the device. Without a bias the bias gradient is an empty
 // tensor (schemas return no optional tensors).
 #include "common.h"
 #include "dispatch.h"
-
-#include <limits>
 
 namespace fastreduce {
 namespace {
@@ -74,22 +71,6 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std
   at::Tensor logits = bias.has_value() && bias->defined() ? at::addmm(*bias, h, weight.t()) : at::mm(h, weight.t());
   if (softcap.has_value()) logits = at::tanh(logits / *softcap).mul_(*softcap);
   return logits;
-}
-
-// Each row's loss in the accumulator type, from its log-sum-exp:
-// (1 - eps) (lse - z_target) + eps (lse - mean z), 0 on ignored rows; NaN
-// on a row holding +inf (lse +inf), as torch's log_softmax there.
-at::Tensor row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
-                      int64_t ignore_index, double label_smoothing) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const at::Tensor lse = at::where(at::isposinf(row_lse), nan, row_lse);
-  const at::Tensor kept = target != ignore_index;
-  // A class outside [0, classes) reads class 0 and gives NaN: no host check (a sync), no device assert.
-  const at::Tensor in_range = target.ge(0).logical_and(target.lt(logits.size(1)));
-  const at::Tensor index = at::where(kept.logical_and(in_range), target, at::zeros({}, target.options())).unsqueeze(1);
-  at::Tensor loss = (lse - logits.gather(1, index).squeeze(1).to(lse.scalar_type())) * (1.0 - label_smoothing);
-  if (label_smoothing > 0.0) loss += (lse - call_mean(logits, at::IntArrayRef{1}, false, lse.scalar_type())) * label_smoothing;
-  return at::where(kept, at::where(in_range, loss, nan), at::zeros({}, loss.options()));
 }
 
 // The three gradients, filled chunk by chunk: a chunk's logit gradient gives
@@ -157,7 +138,7 @@ std::tuple<at::Tensor, at::Tensor> backend::fused_linear_cross_entropy(
                                                                 at::Tensor& logits, const at::Tensor& t) {
     const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
     lse.narrow(0, start, n).copy_(chunk_lse);
-    losses.narrow(0, start, n).copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
+    losses.narrow(0, start, n).copy_(cross_entropy_row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
   });
   return {reduce_loss(losses, target, p, ignore_index), lse};
 }
@@ -170,21 +151,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::
   at::Tensor lse = at::empty({p.rows}, hidden.options().dtype(acc_type(hidden)));
   at::Tensor losses = at::empty({p.rows}, lse.options());
   Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
-  for_each_chunk(p, hidden, weight, bias, target, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
-                                                                at::Tensor& logits, const at::Tensor& t) {
+  // d loss / d row loss, for every chunk: 1 / (rows kept) for mean.
+  const at::Tensor scale =
+      p.sum ? at::Tensor() : (target != ignore_index).sum().to(lse.scalar_type()).reciprocal();
+  const at::Tensor targets = target.contiguous();
+  for_each_chunk(p, hidden, weight, bias, targets, softcap, [&](int64_t start, int64_t n, const at::Tensor& h,
+                                                                 at::Tensor& logits, const at::Tensor& t) {
     const at::Tensor capped = softcap_derivative(logits, softcap);
     at::Tensor chunk_lse = lse.narrow(0, start, n), chunk_losses = losses.narrow(0, start, n);
-    // The chunk's row losses and the gradient of their sum (the backward
-    // scales it), written over the logits: on CUDA one kernel, two passes.
-    if (logits.is_cuda()) {
-      cross_entropy_forward_backward_cuda(logits, t.contiguous(), chunk_lse, chunk_losses, logits,
-                                          {n, logits.size(1), ignore_index, label_smoothing, 0});
-    } else {
-      chunk_lse.copy_(std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing)));
-      chunk_losses.copy_(row_losses(logits, t, chunk_lse, ignore_index, label_smoothing));
-      cross_entropy_backward_into(at::ones({n}, logits.options()), std::nullopt, logits, t, chunk_lse, "none",
-                                  ignore_index, label_smoothing, logits);
-    }
+    // The chunk's row losses and their gradient, written over the logits.
+    cross_entropy_with_grad_rows(logits, t, scale, chunk_lse, chunk_losses, logits, ignore_index, label_smoothing);
     grads.add_chunk(logits, capped, h, weight, start);
   });
   return {reduce_loss(losses, target, p, ignore_index), lse, grads.hidden, grads.weight, grads.bias_or_empty()};

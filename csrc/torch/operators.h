@@ -53,6 +53,13 @@
   X(cross_entropy_backward_inplace, "_cross_entropy_backward_",                                                    \
     "_cross_entropy_backward_(Tensor(a!) input, Tensor grad_loss, Tensor? grad_lse, Tensor target, Tensor lse, "   \
     "str reduction, int ignore_index, float label_smoothing) -> ()")                                               \
+  X(cross_entropy_with_grad, "_cross_entropy_with_grad",                                                          \
+    "_cross_entropy_with_grad(Tensor input, Tensor target, str reduction, int ignore_index, "                      \
+    "float label_smoothing) -> (Tensor loss, Tensor lse, Tensor grad_input)")                                      \
+  X(cross_entropy_with_grad_inplace, "_cross_entropy_with_grad_",                                                  \
+    "_cross_entropy_with_grad_(Tensor(a!) input, Tensor target, str reduction, int ignore_index, "                 \
+    "float label_smoothing) -> (Tensor loss, Tensor lse)")                                                         \
+  X(scale_unless_one, "_scale_unless_one_", "_scale_unless_one_(Tensor(a!) self, Tensor factor) -> ()")             \
   X(fused_linear_cross_entropy, "fused_linear_cross_entropy",                                                      \
     "fused_linear_cross_entropy(Tensor hidden, Tensor weight, Tensor target, Tensor? bias=None, "                  \
     "str reduction=\"mean\", int ignore_index=-100, float label_smoothing=0.0, float? softcap=None) "              \

@@ -76,9 +76,23 @@ void cross_entropy_backward_inplace(const at::Tensor& input, const at::Tensor& g
                                     const std::optional<at::Tensor>& grad_lse, const at::Tensor& target,
                                     const at::Tensor& lse, c10::string_view reduction, int64_t ignore_index,
                                     double label_smoothing);
+// The loss (reduction mean or sum), lse and the loss's gradient from one
+// read of the logits (the gradient computed in the forward, for a loss that
+// will be differentiated); the _ form writes the gradient over `input`
+// (contiguous).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_with_grad(const at::Tensor& input,
+                                                                       const at::Tensor& target,
+                                                                       c10::string_view reduction,
+                                                                       int64_t ignore_index, double label_smoothing);
+std::tuple<at::Tensor, at::Tensor> cross_entropy_with_grad_inplace(const at::Tensor& input, const at::Tensor& target,
+                                                                   c10::string_view reduction, int64_t ignore_index,
+                                                                   double label_smoothing);
+// self *= factor (a 0-d tensor) unless factor is 1: a gradient computed in
+// the forward, scaled in the backward without a host synchronisation.
+void scale_unless_one(const at::Tensor& self, const at::Tensor& factor);
 // The cross-entropy of hidden @ weight.T + bias by row chunks
-// (fused_linear_cross_entropy.cpp). _with_grads also returns the gradients
-// of the summed row losses (the autograd node scales them); the backward
+// (fused_linear_cross_entropy.cpp). _with_grads also returns the loss's
+// gradients (the autograd node scales them by the incoming one); the backward
 // recomputes each chunk's logits (reduction 'none').
 std::tuple<at::Tensor, at::Tensor> fused_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                                                               const at::Tensor& target,
