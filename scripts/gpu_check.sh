@@ -4,7 +4,7 @@
 # $OUT (at most 8 files come back).
 #   bash scripts/gpu_check.sh [step ...]
 # Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
-# micro reduce family ladder norms rows; default: all but the two sanitizer steps.
+# micro reduce family ladder norms rows peers; default: all but the two sanitizer steps.
 # Benches write to build/bench-results; after any benchmark step they are
 # published into docs/results (scripts/update_readme.py) and results.tgz.
 # The build here is for sm_90 only (the H100/H200), to save minutes; CI
@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-steps=" ${*:-build tests cpp host gpt2 llama micro reduce family ladder norms rows} "
+steps=" ${*:-build tests cpp host gpt2 llama micro reduce family ladder norms rows peers} "
 want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -61,7 +61,7 @@ want llama && python3 examples/llama.py 2>&1 | tee "$OUT/llama.txt"
 want micro && bash bench/micro/run.sh 2>&1 | tee "$OUT/micro.md"
 
 benched=0
-for bench in host reduce family ladder norms rows; do
+for bench in host reduce family ladder norms rows peers; do
   want "$bench" || continue
   benched=1
   python3 "bench/$bench.py" 2>"/tmp/bench_$bench.err" | tee "$OUT/bench_$bench.md" || tail -20 "/tmp/bench_$bench.err"

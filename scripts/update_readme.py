@@ -79,6 +79,7 @@ SECTIONS = {
     "host": generic_section,
     "cpu": generic_section,
     "linear_cross_entropy": generic_section,
+    "peers": generic_section,
 }
 
 

@@ -1,0 +1,274 @@
+"""Every row operator against its peers, side by side in one process: eager
+torch, torch.compile of the same code and Liger-Kernel (an optional import:
+its column is left out when the package is missing), forward and forward +
+backward, float32 and bfloat16, at GPT-2 and LLM shapes.
+
+Two timings per cell, both medians:
+- kernel µs: the profiler's device spans of one call, summed (every kernel
+  the call launches, the L2 evicted before it by a read the sum leaves out);
+- call µs: CUDA events around one call as a user makes it, started with the
+  device idle and the L2 evicted, so the launch and the host work of the
+  call count too.
+Peak MiB: the growth of max_memory_allocated over one call beyond its
+inputs, the previous call's gradients freed. "vs best" is the best peer's
+time over fastreduce's (above 1: fastreduce is faster); GB/s counts the
+bytes the op must move (forward: read x, write y; forward + backward adds
+the backward's reads and writes) in kernel time; the copy rate of this H100
+is 3024 GB/s (ANCHORS.md).
+
+    python3 bench/peers.py [--ops rms_norm,softmax] [--dtypes bfloat16] [--append]
+
+--append adds this run's cells to the last run's JSON (a bench split over
+several calls of a GPU machine) and prints the table of all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fastreduce_torch as fr  # noqa: E402
+from common import RESULTS_DIR, environment, header, print_table, progress, save_json  # noqa: E402
+
+COPY_GBS = 3024.0
+ROWS = [(8192, 768), (8192, 1600), (8192, 4096), (32768, 1024), (4096, 8192)]
+SHAPES = {
+    "layer_norm": ROWS, "rms_norm": ROWS, "add_layer_norm": ROWS, "add_rms_norm": ROWS, "softmax": ROWS,
+    "causal_softmax": [(64, 1024, 1024), (16, 2048, 2048)],
+    "cross_entropy": [(8192, 50304), (4096, 128256)],
+}
+# Elements moved per element of the input: (forward, forward + backward).
+TRAFFIC = {"layer_norm": (2, 5), "rms_norm": (2, 5), "add_layer_norm": (4, 8), "add_rms_norm": (4, 8),
+           "softmax": (2, 5), "causal_softmax": (2, 5), "cross_entropy": (1, 2)}
+IMPLS = ["eager", "torch.compile", "Liger", "fastreduce"]
+EPS = 1e-6
+
+
+def liger():
+    try:
+        from liger_kernel.transformers import functional
+        return functional
+    except ImportError:
+        return None
+
+
+def add_then(norm):
+    def step(x, r, *params):
+        h = x + r
+        return norm(h, *params), h
+    return step
+
+
+def definitions(lg):
+    """op -> (make inputs, {impl: function of the inputs}); a peer without the op is left out."""
+    def layer(x, w, b):
+        return F.layer_norm(x, x.shape[-1:], w, b, EPS)
+
+    def rms(x, w):
+        return F.rms_norm(x, x.shape[-1:], w, EPS)
+
+    def causal(s, scale):
+        upper = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+        return torch.softmax((s * scale).masked_fill(upper, float("-inf")), -1)
+
+    defs = {
+        "layer_norm": ("x w b", {"eager": layer, "fastreduce": lambda x, w, b: fr.layer_norm(x, x.shape[-1], w, b, EPS),
+                                 "Liger": lg and (lambda x, w, b: lg.liger_layer_norm(x, w, b, EPS))}),
+        "rms_norm": ("x w", {"eager": rms, "fastreduce": lambda x, w: fr.rms_norm(x, x.shape[-1], w, EPS),
+                             "Liger": lg and (lambda x, w: lg.liger_rms_norm(x, w, EPS))}),
+        "add_layer_norm": ("x r w b", {
+            "eager": add_then(layer),
+            "fastreduce": lambda x, r, w, b: fr.add_layer_norm(x, r, x.shape[-1], w, b, EPS),
+            "Liger": lg and add_then(lambda h, w, b: lg.liger_layer_norm(h, w, b, EPS))}),
+        "add_rms_norm": ("x r w", {
+            "eager": add_then(rms),
+            "fastreduce": lambda x, r, w: fr.add_rms_norm(x, r, x.shape[-1], w, EPS),
+            "Liger": lg and (lambda x, r, w: lg.liger_fused_add_rms_norm(x, r, w, EPS))}),
+        "softmax": ("x", {"eager": lambda x: torch.softmax(x, -1), "fastreduce": lambda x: fr.softmax(x, -1),
+                          "Liger": lg and lg.liger_softmax}),
+        "causal_softmax": ("x scale", {"eager": causal, "fastreduce": fr.causal_softmax}),
+        "cross_entropy": ("x target", {"eager": F.cross_entropy, "fastreduce": fr.cross_entropy,
+                                       "Liger": lg and (lambda x, t: lg.liger_cross_entropy(x, t))}),
+    }
+    for name, (args, impls) in defs.items():
+        impls["torch.compile"] = torch.compile(impls["eager"], dynamic=False)
+        defs[name] = (args, {k: impls[k] for k in IMPLS if impls.get(k)})
+    return defs
+
+
+def make_inputs(names: str, shape, dtype, grad: bool):
+    n = shape[-1]
+    made = {
+        "x": lambda: torch.randn(shape, device="cuda", dtype=dtype) * (4 if len(shape) == 2 and n > 20000 else 1),
+        "r": lambda: torch.randn(shape, device="cuda", dtype=dtype),
+        "w": lambda: torch.rand(n, device="cuda", dtype=dtype) + 0.5,
+        "b": lambda: torch.randn(n, device="cuda", dtype=dtype) * 0.1,
+    }
+    inputs = []
+    for name in names.split():
+        if name == "target":
+            inputs.append(torch.randint(0, n, shape[:1], device="cuda"))
+        elif name == "scale":
+            inputs.append(n ** -0.5)
+        else:
+            inputs.append(made[name]().requires_grad_(grad))
+    return inputs
+
+
+class Meter:
+    def __init__(self):
+        self.flush = torch.empty(2**28, dtype=torch.float32, device="cuda").uniform_()  # 1 GiB
+
+    def evict_l2(self):
+        torch.ops.fastreduce._read_probe(self.flush)
+
+    def call_us(self, fn, reps=25, warmup=3):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(reps):
+            self.evict_l2()
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            begin.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) * 1e3)
+        return statistics.median(times)
+
+    def kernel_us(self, fn, reps=5):
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                self.evict_l2()
+                fn()
+                torch.cuda.synchronize()
+        per_call = [0.0] * reps
+        spans = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        spans.sort(key=lambda e: e.time_range.start)
+        call = -1
+        for e in spans:
+            if "read_probe" in e.name:
+                call += 1
+            elif 0 <= call < reps:
+                per_call[call] += e.device_time
+        return statistics.median(per_call)
+
+    @staticmethod
+    def peak_mib(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def step(fn, inputs, backward: bool):
+    """One call: the forward, or the forward and its gradients (then freed)."""
+    leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not backward:
+        return lambda: fn(*inputs)
+    probe = fn(*inputs)
+    outputs = list(probe) if isinstance(probe, tuple) else [probe]
+    grads = [None if o.dim() == 0 else torch.randn_like(o) for o in outputs]
+    del probe, outputs
+
+    def run():
+        out = fn(*inputs)
+        out = list(out) if isinstance(out, tuple) else [out]
+        torch.autograd.grad(out, leaves, grads)
+    return run
+
+
+def measure(defs, ops, dtypes, meter):
+    cells = [(op, shape, dtype, backward) for op in ops for dtype in dtypes for shape in SHAPES[op]
+             for backward in (False, True)]
+    rows = []
+    for op, shape, dtype, backward in progress(cells, "peers"):
+        names, impls = defs[op]
+        inputs = make_inputs(names, shape, dtype, backward)
+        result = {"op": op, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
+                  "pass": "fwd+bwd" if backward else "fwd", "call_us": {}, "kernel_us": {}, "peak_mib": {}}
+        for impl, fn in impls.items():
+            try:
+                run = step(fn, inputs, backward)
+                result["call_us"][impl] = meter.call_us(run)
+                result["kernel_us"][impl] = meter.kernel_us(run)
+                result["peak_mib"][impl] = meter.peak_mib(run)
+            except Exception as error:  # a peer that cannot run the cell: recorded, not fatal
+                result.setdefault("failed", {})[impl] = f"{type(error).__name__}: {str(error)[:120]}"
+            torch.cuda.empty_cache()
+        elements = 1
+        for s in shape:
+            elements *= s
+        size = torch.empty((), dtype=dtype).element_size()
+        result["bytes"] = TRAFFIC[op][backward] * elements * size
+        rows.append(result)
+    return rows
+
+
+def ratio(cell: dict, timing: str) -> float | None:
+    times = cell[timing]
+    others = [v for k, v in times.items() if k != "fastreduce"]
+    return min(others) / times["fastreduce"] if others and "fastreduce" in times else None
+
+
+def table(rows) -> str:
+    def fmt(v):
+        return "" if v is None else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
+
+    columns = (["op", "shape", "dtype", "pass"] + [f"{i} call µs" for i in IMPLS] + ["vs best (call)"]
+               + [f"{i} kernel µs" for i in IMPLS] + ["vs best (kernel)", "GB/s (kernel)", "peak MiB ours / best"])
+    lines = []
+    for c in rows:
+        ours = c["kernel_us"].get("fastreduce")
+        peers_peak = [v for k, v in c["peak_mib"].items() if k != "fastreduce"]
+        peak = f"{c['peak_mib'].get('fastreduce', float('nan')):.0f} / {min(peers_peak):.0f}" if peers_peak else ""
+        lines.append([c["op"], "x".join(map(str, c["shape"])), c["dtype"], c["pass"]]
+                     + [fmt(c["call_us"].get(i)) for i in IMPLS] + [fmt(ratio(c, "call_us"))]
+                     + [fmt(c["kernel_us"].get(i)) for i in IMPLS] + [fmt(ratio(c, "kernel_us"))]
+                     + [f"{c['bytes'] / ours / 1e3:.0f}" if ours else "", peak])
+    return columns, lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", default=",".join(SHAPES))
+    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--append", action="store_true")
+    args = parser.parse_args()
+    torch._dynamo.config.cache_size_limit = 256
+    torch._dynamo.config.accumulated_cache_size_limit = 4096
+    lg = liger()
+    if lg is None:
+        print("liger-kernel not installed: its column is left out", file=sys.stderr)
+    env = environment()
+    env["liger"] = importlib.metadata.version("liger-kernel") if lg else None
+    rows = measure(definitions(lg), args.ops.split(","), [getattr(torch, d) for d in args.dtypes.split(",")],
+                   Meter())
+    previous = os.path.join(RESULTS_DIR, "peers.json")
+    if args.append and os.path.exists(previous):
+        with open(previous) as f:
+            kept = json.load(f)["cells"]
+        done = {(c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) for c in rows}
+        rows = [c for c in kept if (c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) not in done] + rows
+    print(header(env))
+    columns, lines = table(rows)
+    text = print_table("fastreduce against its peers (µs; vs best: the best peer's time over ours)", columns, lines)
+    save_json("peers.json", {"environment": env, "cells": rows, "markdown": text})
+
+
+if __name__ == "__main__":
+    main()
