@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastreduce_torch as fr  # noqa: E402
-from common import RESULTS_DIR, environment, header, print_table, progress, save_json  # noqa: E402
+from common import RESULTS_DIR, environment, header, progress, save_json  # noqa: E402
 
 COPY_GBS = 3024.0
 ROWS = [(8192, 768), (8192, 1600), (8192, 4096), (32768, 1024), (4096, 8192)]
@@ -131,7 +131,7 @@ class Meter:
     def evict_l2(self):
         torch.ops.fastreduce._read_probe(self.flush)
 
-    def call_us(self, fn, reps=25, warmup=3):
+    def call_us(self, fn, reps=15, warmup=3):
         for _ in range(warmup):
             fn()
         times = []
@@ -146,7 +146,7 @@ class Meter:
             times.append(begin.elapsed_time(end) * 1e3)
         return statistics.median(times)
 
-    def kernel_us(self, fn, reps=5):
+    def kernel_us(self, fn, reps=3):
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -243,6 +243,11 @@ def table(rows) -> str:
     return columns, lines
 
 
+def table_markdown(columns, lines) -> str:
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(rows + ["| " + " | ".join(map(str, line)) + " |" for line in lines]) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", default=",".join(SHAPES))
@@ -256,18 +261,21 @@ def main():
         print("liger-kernel not installed: its column is left out", file=sys.stderr)
     env = environment()
     env["liger"] = importlib.metadata.version("liger-kernel") if lg else None
-    rows = measure(definitions(lg), args.ops.split(","), [getattr(torch, d) for d in args.dtypes.split(",")],
-                   Meter())
-    previous = os.path.join(RESULTS_DIR, "peers.json")
-    if args.append and os.path.exists(previous):
-        with open(previous) as f:
-            kept = json.load(f)["cells"]
-        done = {(c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) for c in rows}
-        rows = [c for c in kept if (c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) not in done] + rows
+    defs, meter = definitions(lg), Meter()
+    path = os.path.join(RESULTS_DIR, "peers.json")
+    rows = []
+    if args.append and os.path.exists(path):
+        with open(path) as f:
+            rows = json.load(f)["cells"]
+    title = "### fastreduce against its peers (µs; vs best: the best peer's time over ours)\n\n"
+    for op in args.ops.split(","):  # saved after each op: a run cut short keeps what it measured
+        new = measure(defs, [op], [getattr(torch, d) for d in args.dtypes.split(",")], meter)
+        done = {(c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) for c in new}
+        rows = [c for c in rows if (c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) not in done] + new
+        text = title + table_markdown(*table(rows))
+        save_json("peers.json", {"environment": env, "cells": rows, "markdown": text})
     print(header(env))
-    columns, lines = table(rows)
-    text = print_table("fastreduce against its peers (µs; vs best: the best peer's time over ours)", columns, lines)
-    save_json("peers.json", {"environment": env, "cells": rows, "markdown": text})
+    print(text)
 
 
 if __name__ == "__main__":
