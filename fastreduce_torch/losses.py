@@ -1,7 +1,7 @@
 """The fused cross-entropy: typed wrapper and fake kernels. When the loss
 (mean or sum) will be differentiated, its gradient is computed in the
 forward from the same read of the logits, and the backward only scales it
-(_GradInForward); otherwise C++ autograd (csrc/torch/autograd.cpp) calls the
+(_CrossEntropyGradInForward); otherwise C++ autograd (csrc/torch/autograd.cpp) calls the
 registered backward op, or, with ``inplace_backward``, a Python autograd
 function writes the gradient over the logits."""
 
@@ -43,10 +43,10 @@ def cross_entropy(
     if wants_grad and reduction in ("mean", "sum") and not return_lse and type(input) is Tensor:
         if input.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(input.device.type):
             input = input.float()  # autocast runs cross_entropy in float32, as torch
-        return _GradInForward.apply(input, target, reduction, ignore_index, label_smoothing,
+        return _CrossEntropyGradInForward.apply(input, target, reduction, ignore_index, label_smoothing,
                                     inplace_backward and input.is_contiguous())
     if inplace_backward and wants_grad and input.is_contiguous():
-        loss, lse = _InplaceBackward.apply(input, target, reduction, ignore_index, label_smoothing)
+        loss, lse = _CrossEntropyInplaceBackward.apply(input, target, reduction, ignore_index, label_smoothing)
     elif plain(input):
         loss, lse = _C.cross_entropy(input, target, reduction, ignore_index, label_smoothing)
     else:
@@ -110,7 +110,7 @@ def _scale_unless_one_fake(self, factor):
     torch._check(factor.numel() == 1, lambda: "_scale_unless_one_: argument 'factor' must hold one element")
 
 
-class _GradInForward(torch.autograd.Function):
+class _CrossEntropyGradInForward(torch.autograd.Function):
     """cross_entropy (mean or sum) whose gradient comes from the forward's one
     read of the logits; the backward scales it in place by the incoming
     gradient, on the device (no host synchronisation), skipping the pass when
@@ -131,15 +131,15 @@ class _GradInForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
+        (grad,) = ctx.saved_tensors  # first: without retain_graph, torch's own second-backward error
         torch._check(not ctx.scaled, lambda: "cross_entropy: a second backward through the same call is not "
                      "supported (its gradient is computed in the forward and scaled in place by the first)")
         ctx.scaled = True
-        (grad,) = ctx.saved_tensors
         torch.ops.fastreduce._scale_unless_one_(grad, grad_loss)
         return grad, None, None, None, None, None
 
 
-class _InplaceBackward(torch.autograd.Function):
+class _CrossEntropyInplaceBackward(torch.autograd.Function):
     """cross_entropy whose backward writes the gradient over the saved logits."""
 
     @staticmethod
