@@ -131,10 +131,11 @@ class _CrossEntropyGradInForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        (grad,) = ctx.saved_tensors  # first: without retain_graph, torch's own second-backward error
-        torch._check(not ctx.scaled, lambda: "cross_entropy: a second backward through the same call is not "
-                     "supported (its gradient is computed in the forward and scaled in place by the first)")
+        torch._check(not ctx.scaled, lambda: "cross_entropy: trying to backward through the graph a second time; "
+                     "a second backward through the same call is not supported (its gradient is computed in the "
+                     "forward and scaled in place by the first)")
         ctx.scaled = True
+        (grad,) = ctx.saved_tensors
         torch.ops.fastreduce._scale_unless_one_(grad, grad_loss)
         return grad, None, None, None, None, None
 
