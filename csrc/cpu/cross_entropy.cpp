@@ -9,8 +9,9 @@
 #include <cmath>
 #include <limits>
 
-#include "common.h"
-#include "cpu_vec.h"
+#include "../torch/common.h"
+#include "../torch/kernels.h"
+#include "vec.h"
 
 namespace fastreduce {
 namespace {
@@ -127,8 +128,6 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
   });
 }
 
-}  // namespace
-
 void cross_entropy_forward_cpu(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
                                const CrossEntropyArgs& args) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "cross_entropy",
@@ -142,5 +141,10 @@ void cross_entropy_backward_cpu(const at::Tensor& grad_loss, const at::Tensor& g
     backward_rows<scalar_t>(grad_loss, grad_lse, logits, target, lse, grad_input, args);
   });
 }
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(cross_entropy_forward_stub, CPU, cross_entropy_forward_cpu);
+FASTREDUCE_REGISTER_KERNEL(cross_entropy_backward_stub, CPU, cross_entropy_backward_cpu);
 
 }  // namespace fastreduce

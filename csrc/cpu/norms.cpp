@@ -2,15 +2,14 @@
 // softmax, row by row with the same formulas as the CUDA
 // kernels, on at::vec vectors in float (double for double inputs);
 // float16/bfloat16 rows are widened into a per-thread buffer first.
-#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "common.h"
-#include "cpu_vec.h"
+#include "../torch/kernels.h"
+#include "vec.h"
 
 namespace fastreduce {
 namespace {
@@ -84,20 +83,23 @@ const A* add_rounded(const T* x, const T* residual, T* h, int64_t n, std::vector
   }
 }
 
-template <typename T, typename S>
-void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds, const NormArgs& args) {
+template <typename T>
+void norm_forward_rows(const NormShape& shape, const NormForwardBuffers<T, at::opmath_type<T>>& io, double epsilon) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
-  const int64_t n = args.n;
+  const int64_t n = shape.n;
+  const bool centered = shape.centered();
   std::vector<A> w_buffer, b_buffer;
-  const A* w = t.weight.defined() ? cpu::widen(t.weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
-  const A* b = t.bias.defined() ? cpu::widen(t.bias.const_data_ptr<T>(), n, b_buffer) : nullptr;
-  const T* xs = t.x.const_data_ptr<T>();
-  const T* adds = t.residual.defined() ? t.residual.const_data_ptr<T>() : nullptr;
-  T* hs = adds ? t.residual_out.data_ptr<T>() : nullptr;
-  T* ys = t.y.data_ptr<T>();
-  const A eps = static_cast<A>(args.scalar);
-  at::parallel_for(0, args.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
+  const A* w = io.weight ? cpu::widen(io.weight, n, w_buffer) : nullptr;
+  const A* b = io.bias ? cpu::widen(io.bias, n, b_buffer) : nullptr;
+  const T* xs = io.x;
+  const T* adds = io.residual;
+  T* hs = io.residual_out;
+  T* ys = io.y;
+  A* means = io.mean;
+  A* rstds = io.rstd;
+  const A eps = static_cast<A>(epsilon);
+  at::parallel_for(0, shape.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
     for (int64_t r = begin; r < end; ++r) {
       const T* source = xs + r * n;
@@ -117,8 +119,8 @@ void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds,
         v.store(out + i, count);
       });
       cpu::narrow(out, ys + r * n, n);
-      if (means) means[r] = static_cast<S>(mu);
-      rstds[r] = static_cast<S>(inv);
+      if (means) means[r] = mu;
+      rstds[r] = inv;
     }
   });
 }
@@ -128,22 +130,21 @@ void norm_forward_rows(NormForwardTensors& t, bool centered, S* means, S* rstds,
 int64_t rows_per_partial(int64_t rows) { return std::max<int64_t>(32, (rows + 255) / 256); }
 
 template <typename T>
-void norm_backward_rows(NormBackwardTensors& t, bool centered, const NormArgs& args) {
+void norm_backward_rows(const NormShape& shape, const NormBackwardBuffers<T, at::opmath_type<T>>& io,
+                        const NormParamGrads& grads) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
-  const int64_t n = args.n, rows = args.rows;
-  const auto acc = c10::CppTypeToScalarType<A>::value;
-  const at::Tensor mean_acc = centered ? t.mean.to(acc).contiguous() : at::Tensor();
-  const at::Tensor rstd_acc = t.rstd.to(acc).contiguous();
-  const A* mu = centered ? mean_acc.const_data_ptr<A>() : nullptr;
-  const A* inv = rstd_acc.const_data_ptr<A>();
+  const int64_t n = shape.n, rows = shape.rows;
+  const bool centered = shape.centered();
+  const A* mu = io.mean;
+  const A* inv = io.rstd;
   std::vector<A> w_buffer;
-  const A* w = t.weight.defined() ? cpu::widen(t.weight.const_data_ptr<T>(), n, w_buffer) : nullptr;
-  const T* xs = t.x.const_data_ptr<T>();
-  const T* gs = t.dy.const_data_ptr<T>();
-  const T* carried = t.grad_residual.defined() ? t.grad_residual.const_data_ptr<T>() : nullptr;
-  T* dxs = t.dx.data_ptr<T>();
-  const bool dweight = t.dweight.defined(), dbias = t.dbias.defined();
+  const A* w = io.weight ? cpu::widen(io.weight, n, w_buffer) : nullptr;
+  const T* xs = io.x;
+  const T* gs = io.dy;
+  const T* carried = io.grad_residual;
+  T* dxs = io.dx;
+  const bool dweight = grads.dweight != nullptr, dbias = grads.dbias != nullptr;
 
   const int64_t per_partial = rows_per_partial(rows);
   const int64_t partials = (rows + per_partial - 1) / per_partial;
@@ -190,32 +191,31 @@ void norm_backward_rows(NormBackwardTensors& t, bool centered, const NormArgs& a
   });
   // The partials in order, columns in parallel: deterministic. Each sum is
   // written in its gradient's dtype (T, or A beside float32 parameters).
-  auto fold = [&](const std::vector<A>& partial, at::Tensor& total) {
-    const bool in_input_type = total.scalar_type() == t.x.scalar_type();
+  auto fold = [&](const std::vector<A>& partial, void* total, bool in_input_type) {
     at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
       std::vector<A> sums(end - begin, A(0));
       for (int64_t p = 0; p < partials; ++p)
         for (int64_t c = begin; c < end; ++c) sums[c - begin] += partial[p * n + c];
-      if (in_input_type) cpu::narrow(sums.data(), total.data_ptr<T>() + begin, end - begin);
-      else cpu::narrow(sums.data(), total.data_ptr<A>() + begin, end - begin);
+      if (in_input_type) cpu::narrow(sums.data(), static_cast<T*>(total) + begin, end - begin);
+      else cpu::narrow(sums.data(), static_cast<A*>(total) + begin, end - begin);
     });
   };
-  if (dweight) fold(dw_partial, t.dweight);
-  if (dbias) fold(db_partial, t.dbias);
+  if (dweight) fold(dw_partial, grads.dweight, grads.dweight_in_input_type);
+  if (dbias) fold(db_partial, grads.dbias, grads.dbias_in_input_type);
 }
 
 template <typename T>
-void softmax_forward_rows(const at::Tensor& x, at::Tensor& y, const NormArgs& args) {
+void softmax_forward_rows(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
-  const T* xs = x.const_data_ptr<T>();
-  T* ys = y.data_ptr<T>();
-  const A scale = static_cast<A>(args.scalar);
-  const int64_t n = args.n;
-  at::parallel_for(0, args.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
+  const T* xs = static_cast<const T*>(io.x);
+  T* ys = static_cast<T*>(io.y);
+  const A scale = static_cast<A>(shape.scale);
+  const int64_t n = shape.n;
+  at::parallel_for(0, shape.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t valid = args.causal ? r % args.causal + 1 : n;
+      const int64_t valid = shape.causal ? r % shape.causal + 1 : n;
       const A* row = cpu::widen(xs + r * n, valid, buffers.in);
       A* out = output_row(ys + r * n, buffers.out, n);
       // scale * x goes into the output row, rounded there (a product fused
@@ -281,20 +281,20 @@ void half_softmax_backward_row(const T* y, const T* g, T* dx, int64_t valid, int
 }
 
 template <typename T>
-void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args) {
+void softmax_backward_rows(const SoftmaxShape& shape, const SoftmaxBackwardBuffers& io) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
-  const T* ys = y.const_data_ptr<T>();
-  const T* gs = dy.const_data_ptr<T>();
-  T* dxs = dx.data_ptr<T>();
-  const V scale(static_cast<A>(args.scalar));
-  const int64_t n = args.n;
-  at::parallel_for(0, args.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
+  const T* ys = static_cast<const T*>(io.y);
+  const T* gs = static_cast<const T*>(io.dy);
+  T* dxs = static_cast<T*>(io.dx);
+  const V scale(static_cast<A>(shape.scale));
+  const int64_t n = shape.n;
+  at::parallel_for(0, shape.rows, cpu::row_grain(n), [&](int64_t begin, int64_t end) {
     RowBuffers<T> buffers;
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t valid = args.causal ? r % args.causal + 1 : n;
+      const int64_t valid = shape.causal ? r % shape.causal + 1 : n;
       if constexpr (!std::is_same_v<T, A>) {
-        half_softmax_backward_row(ys + r * n, gs + r * n, dxs + r * n, valid, n, static_cast<float>(args.scalar));
+        half_softmax_backward_row(ys + r * n, gs + r * n, dxs + r * n, valid, n, static_cast<float>(shape.scale));
         continue;
       }
       const A* yrow = cpu::widen(ys + r * n, valid, buffers.in);
@@ -314,34 +314,44 @@ void softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, at::Tensor
   });
 }
 
-}  // namespace
+// The floating C++ type of `dtype` (the glue has refused the others).
+template <typename F>
+void with_floating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Half: return f(TypeTag<c10::Half>{});
+    case DType::BFloat16: return f(TypeTag<c10::BFloat16>{});
+    case DType::Float: return f(TypeTag<float>{});
+    default: return f(TypeTag<double>{});
+  }
+}
 
-void norm_forward_cpu(NormForwardTensors& t, bool centered, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.x.scalar_type(), "norm", [&] {
-    // Statistics in the input's dtype, or float beside float32 parameters.
-    if (t.rstd.scalar_type() == t.x.scalar_type()) {
-      norm_forward_rows<scalar_t>(t, centered, centered ? t.mean.data_ptr<scalar_t>() : nullptr,
-                                  t.rstd.data_ptr<scalar_t>(), args);
-    } else {
-      norm_forward_rows<scalar_t>(t, centered, centered ? t.mean.data_ptr<float>() : nullptr,
-                                  t.rstd.data_ptr<float>(), args);
-    }
+void norm_forward_cpu(const NormShape& shape, const NormForwardBuffers<>& io, double eps) {
+  with_floating(shape.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    norm_forward_rows<T>(shape, typed<T, at::opmath_type<T>>(io), eps);
   });
 }
 
-void norm_backward_cpu(NormBackwardTensors& t, bool centered, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.x.scalar_type(), "norm_backward",
-                                  [&] { norm_backward_rows<scalar_t>(t, centered, args); });
+void norm_backward_cpu(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads) {
+  with_floating(shape.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    norm_backward_rows<T>(shape, typed<T, at::opmath_type<T>>(io), grads);
+  });
 }
 
-void softmax_forward_cpu(const at::Tensor& x, at::Tensor& y, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "softmax",
-                                  [&] { softmax_forward_rows<scalar_t>(x, y, args); });
+void softmax_forward_cpu(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io) {
+  with_floating(shape.dtype, [&](auto tag) { softmax_forward_rows<typename decltype(tag)::type>(shape, io); });
 }
 
-void softmax_backward_cpu(const at::Tensor& dy, const at::Tensor& y, at::Tensor& dx, const NormArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, y.scalar_type(), "softmax_backward",
-                                  [&] { softmax_backward_rows<scalar_t>(dy, y, dx, args); });
+void softmax_backward_cpu(const SoftmaxShape& shape, const SoftmaxBackwardBuffers& io) {
+  with_floating(shape.dtype, [&](auto tag) { softmax_backward_rows<typename decltype(tag)::type>(shape, io); });
 }
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(norm_forward_stub, CPU, norm_forward_cpu);
+FASTREDUCE_REGISTER_KERNEL(norm_backward_stub, CPU, norm_backward_cpu);
+FASTREDUCE_REGISTER_KERNEL(softmax_forward_stub, CPU, softmax_forward_cpu);
+FASTREDUCE_REGISTER_KERNEL(softmax_backward_stub, CPU, softmax_backward_cpu);
 
 }  // namespace fastreduce

@@ -10,10 +10,11 @@
 #include <limits>
 #include <vector>
 
-#include "common.h"
+#include "../torch/common.h"
+#include "../torch/kernels.h"
 #include "../kernels/selection_ops.h"
 #include "../kernels/statistic_ops.h"
-#include "cpu_vec.h"
+#include "vec.h"
 
 namespace fastreduce {
 namespace {
@@ -268,8 +269,6 @@ Sink make_sink(at::Tensor& out, at::Tensor* second) {
   }
 }
 
-}  // namespace
-
 void reduce_cpu(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
                 int64_t inner, at::Tensor& out, at::Tensor* second) {
   const DType dtype = to_dtype(input.scalar_type(), "reduce");
@@ -287,5 +286,9 @@ void reduce_cpu(ReduceKind kind, const ReduceParams& params, const at::Tensor& i
   if (!done) done = visit_selection<c10::Half, c10::BFloat16>(kind, dtype, false, run);
   TORCH_CHECK(done, "fastreduce: no CPU kernel for this reduction and dtype ", to_text(input.scalar_type()));
 }
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(reduce_stub, CPU, reduce_cpu);
 
 }  // namespace fastreduce

@@ -7,41 +7,23 @@
 //   backward  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight
 #pragma once
 
+#include "norm_buffers.h"
 #include "row_io.cuh"
 #include "row_math.cuh"
 
 namespace fastreduce {
 
-// The buffers of a forward over contiguous (rows, n) data; null: absent.
-// With `residual`, the normalised row is h = x + residual, rounded to T as
-// torch's unfused add would, and h is written to `residual_out`.
+// A forward's kernel arguments: its buffers (norm_buffers.h), typed.
 template <typename T>
-struct NormForwardArgs {
-  const T* x;
-  const T* residual;
-  const T* weight;
-  const T* bias;
-  T* y;
-  T* residual_out;
-  opmath_t<T>* mean;  // centered only
-  opmath_t<T>* rstd;
+struct NormForwardArgs : NormForwardBuffers<T, opmath_t<T>> {
   int64_t rows, n;
   opmath_t<T> eps;
 };
 
-// The buffers of a backward. `grad_residual` (the gradient arriving at
-// residual_out) is added to dx, which is then the gradient of both x and
-// residual. partial_w/partial_b: the weight and bias gradient partials, or
-// null when not wanted (partial_b also null without a bias).
+// A backward's: its buffers, and where the weight and bias gradient partials
+// go (null when not wanted; partial_b also null without a bias).
 template <typename T>
-struct NormBackwardArgs {
-  const T* dy;
-  const T* x;
-  const T* grad_residual;
-  const opmath_t<T>* mean;  // centered only
-  const opmath_t<T>* rstd;
-  const T* weight;
-  T* dx;
+struct NormBackwardArgs : NormBackwardBuffers<T, opmath_t<T>> {
   opmath_t<T>* partial_w;
   opmath_t<T>* partial_b;
   int64_t rows, n;

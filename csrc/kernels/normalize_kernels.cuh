@@ -7,18 +7,13 @@
 
 #include "block_reduce.cuh"
 #include "dtype.h"
+#include "norm_buffers.h"
 
 namespace fastreduce {
 
-// Null pointers are absent (no mean: rms_norm).
+// The buffers (norm_buffers.h), typed, and the shape.
 template <typename T>
-struct NormalizeArgs {
-  const T* x;
-  const opmath_t<T>* mean;
-  const opmath_t<T>* rstd;
-  const T* weight;
-  const T* bias;
-  T* y;
+struct NormalizeArgs : NormApplyBuffers<T, opmath_t<T>> {
   int64_t rows, n;
 };
 

@@ -193,33 +193,25 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
 
 }  // namespace
 
-cudaError_t norm_forward(const NormShape& shape, const NormForward& io, cudaStream_t stream) {
+cudaError_t norm_forward(const NormShape& shape, const NormForwardBuffers<>& io, double eps, cudaStream_t stream) {
   if (shape.rows == 0) return cudaSuccess;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const NormForwardArgs<T> a{static_cast<const T*>(io.x),      static_cast<const T*>(io.residual),
-                               static_cast<const T*>(io.weight), static_cast<const T*>(io.bias),
-                               static_cast<T*>(io.y),            static_cast<T*>(io.residual_out),
-                               static_cast<A*>(io.mean),         static_cast<A*>(io.rstd),
-                               shape.rows,                       shape.n,
-                               static_cast<A>(io.eps)};
-    return shape.centered ? forward_rows<T, true>(a, stream) : forward_rows<T, false>(a, stream);
+    const NormForwardArgs<T> a{typed<T, A>(io), shape.rows, shape.n, static_cast<A>(eps)};
+    return shape.centered() ? forward_rows<T, true>(a, stream) : forward_rows<T, false>(a, stream);
   });
 }
 
 // A grid-stride pass: one wave of blocks, 16-byte packs where the buffers allow.
 constexpr int kNormalizeThreads = 256, kNormalizeBlocksPerSm = 8;
 
-cudaError_t normalize_rows(const NormShape& shape, const NormApply& io, int sm_count, cudaStream_t stream) {
+cudaError_t normalize_rows(const NormShape& shape, const NormApplyBuffers<>& io, int sm_count, cudaStream_t stream) {
   if (shape.rows * shape.n == 0) return cudaSuccess;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const NormalizeArgs<T> a{static_cast<const T*>(io.x),      static_cast<const A*>(io.mean),
-                             static_cast<const A*>(io.rstd),   static_cast<const T*>(io.weight),
-                             static_cast<const T*>(io.bias),   static_cast<T*>(io.y),
-                             shape.rows,                       shape.n};
+    const NormalizeArgs<T> a{typed<T, A>(io), shape.rows, shape.n};
     auto launch = [&](auto vec) {
       constexpr int kVec = decltype(vec)::value;
       const int64_t packs = shape.rows * shape.n / kVec;
@@ -243,25 +235,19 @@ size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count) {
   return bytes;
 }
 
-cudaError_t norm_backward(const NormShape& shape, const NormBackward& io, void* workspace, int sm_count,
-                          cudaStream_t stream) {
+cudaError_t norm_backward(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads,
+                          void* workspace, int sm_count, cudaStream_t stream) {
   if (shape.rows == 0 || shape.n == 0) return cudaSuccess;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const NormBackwardArgs<T> a{static_cast<const T*>(io.dy),     static_cast<const T*>(io.x),
-                                static_cast<const T*>(io.grad_residual), static_cast<const A*>(io.mean),
-                                static_cast<const A*>(io.rstd),   static_cast<const T*>(io.weight),
-                                static_cast<T*>(io.dx),           nullptr,
-                                nullptr,                          shape.rows,
-                                shape.n,                          1,
-                                false};
+    const NormBackwardArgs<T> a{typed<T, A>(io), nullptr, nullptr, shape.rows, shape.n, 1, false};
     // T's own accumulator type needs no narrowing.
     constexpr bool kNarrower = sizeof(T) < sizeof(A);
-    const ParamGrad dweight{io.dweight, kNarrower && io.dweight_in_input_type};
-    const ParamGrad dbias{io.dbias, kNarrower && io.dbias_in_input_type};
-    return shape.centered ? backward_rows<T, true>(a, dweight, dbias, workspace, sm_count, stream)
-                          : backward_rows<T, false>(a, dweight, dbias, workspace, sm_count, stream);
+    const ParamGrad dweight{grads.dweight, kNarrower && grads.dweight_in_input_type};
+    const ParamGrad dbias{grads.dbias, kNarrower && grads.dbias_in_input_type};
+    return shape.centered() ? backward_rows<T, true>(a, dweight, dbias, workspace, sm_count, stream)
+                            : backward_rows<T, false>(a, dweight, dbias, workspace, sm_count, stream);
   });
 }
 

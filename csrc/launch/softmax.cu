@@ -9,10 +9,14 @@ namespace fastreduce {
 
 using namespace rows;
 
-cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, int64_t n, int64_t causal,
-                            double scale, cudaStream_t stream) {
+cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io, cudaStream_t stream) {
+  // Locals, not structured bindings: C++17 lambdas cannot capture those.
+  const int64_t rows = shape.rows, n = shape.n, causal = shape.causal;
+  const double scale = shape.scale;
+  const void* x = io.x;
+  void* y = io.y;
   if (rows == 0) return cudaSuccess;
-  return dispatch_floating(dtype, [&](auto tag) {
+  return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<T*>(y));
@@ -35,10 +39,13 @@ cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, i
   });
 }
 
-cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* dx, int64_t rows, int64_t n,
-                             int64_t causal, double scale, cudaStream_t stream) {
+cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuffers& io, cudaStream_t stream) {
+  const int64_t rows = shape.rows, n = shape.n, causal = shape.causal;
+  const double scale = shape.scale;
+  const void *dy = io.dy, *y = io.y;
+  void* dx = io.dx;
   if (rows == 0) return cudaSuccess;
-  return dispatch_floating(dtype, [&](auto tag) {
+  return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const auto args = std::make_tuple(static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx));

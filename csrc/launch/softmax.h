@@ -6,16 +6,12 @@
 
 #include <cstdint>
 
-#include "../kernels/dtype.h"
+#include "../kernels/softmax_buffers.h"
 
 namespace fastreduce {
 
-// Softmax of scale * x over rows of n; with causal = T > 0 row r keeps its
-// first r % T + 1 entries and zeros the rest (GPT-2 attention).
-cudaError_t softmax_forward(DType dtype, const void* x, void* y, int64_t rows, int64_t n, int64_t causal,
-                            double scale, cudaStream_t stream);
-
-cudaError_t softmax_backward(DType dtype, const void* dy, const void* y, void* dx, int64_t rows, int64_t n,
-                             int64_t causal, double scale, cudaStream_t stream);
+// Shape and buffers: softmax_buffers.h.
+cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io, cudaStream_t stream);
+cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuffers& io, cudaStream_t stream);
 
 }  // namespace fastreduce

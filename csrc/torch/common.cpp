@@ -47,31 +47,5 @@ DType to_dtype(at::ScalarType type, const char* op) {
   }
 }
 
-#ifndef FASTREDUCE_WITH_CUDA
-// CPU-only build: CUDA tensors never reach these (no CUDA kernels are
-// registered), but the device-independent code links against them.
-[[noreturn]] static void no_cuda() { TORCH_CHECK(false, "fastreduce was built without CUDA (FASTREDUCE_CUDA=0)"); }
-void reduce_cuda(ReduceKind, const ReduceParams&, const at::Tensor&, int64_t, int64_t, int64_t, at::Tensor&,
-                 at::Tensor*) {
-  no_cuda();
-}
-void foreach_norm_cuda(at::TensorList, double, std::vector<at::Tensor>&) { no_cuda(); }
-void ladder_cuda(int, const at::Tensor&, at::Tensor&) { no_cuda(); }
-void read_probe_cuda(const at::Tensor&, at::Tensor&) { no_cuda(); }
-void norm_forward_cuda(NormForwardTensors&, bool, const NormArgs&) { no_cuda(); }
-void norm_backward_cuda(NormBackwardTensors&, bool, const NormArgs&) { no_cuda(); }
-void cross_entropy_forward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&,
-                                const CrossEntropyArgs&) { no_cuda(); }
-void cross_entropy_forward_backward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
-                                         at::Tensor&, at::Tensor&, const CrossEntropyArgs&) {
-  no_cuda();
-}
-void scale_unless_one_cuda(at::Tensor&, const at::Tensor&) { no_cuda(); }
-void cross_entropy_backward_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, at::Tensor&, const CrossEntropyArgs&) { no_cuda(); }
-void normalize_rows_cuda(NormApplyTensors&, int64_t, int64_t) { no_cuda(); }
-void softmax_forward_cuda(const at::Tensor&, at::Tensor&, const NormArgs&) { no_cuda(); }
-void softmax_backward_cuda(const at::Tensor&, const at::Tensor&, at::Tensor&, const NormArgs&) { no_cuda(); }
-#endif
 
 }  // namespace fastreduce

@@ -1,6 +1,7 @@
 // cross_entropy: argument checks and outputs; the CPU and CUDA backends do
 // the rest.
 #include "common.h"
+#include "kernels.h"
 #include "dispatch.h"
 #include "ops.h"
 
@@ -43,8 +44,7 @@ std::tuple<at::Tensor, at::Tensor> backend::cross_entropy(const at::Tensor& inpu
   const at::Tensor logits = input.contiguous(), targets = target.contiguous();
   at::Tensor loss = args.reduction == 0 ? at::empty({args.rows}, input.options()) : at::empty({}, input.options());
   at::Tensor lse = at::empty({args.rows}, input.options().dtype(acc_type(input)));
-  if (input.is_cuda()) cross_entropy_forward_cuda(logits, targets, loss, lse, args);
-  else cross_entropy_forward_cpu(logits, targets, loss, lse, args);
+  cross_entropy_forward_stub(input.device().type(), logits, targets, loss, lse, args);
   return {loss, lse};
 }
 
@@ -68,10 +68,8 @@ void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optiona
                   grad_input.scalar_type() == logits.scalar_type(),
               op, ": the gradient buffer must be contiguous, of the logits' shape and dtype");
   const at::Tensor grad = grad_loss.to(input.scalar_type()).contiguous();
-  if (input.is_cuda())
-    cross_entropy_backward_cuda(grad, acc_grad_lse, logits, target.contiguous(), acc_lse, grad_input, args);
-  else
-    cross_entropy_backward_cpu(grad, acc_grad_lse, logits, target.contiguous(), acc_lse, grad_input, args);
+  cross_entropy_backward_stub(input.device().type(), grad, acc_grad_lse, logits, target.contiguous(), acc_lse,
+                              grad_input, args);
 }
 
 at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
@@ -114,19 +112,35 @@ at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& 
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
                                   at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
                                   int64_t ignore_index, double label_smoothing) {
-  const int64_t rows = logits.size(0);
-  if (logits.is_cuda()) {
-    cross_entropy_forward_backward_cuda(logits, target, grad_scale, lse, row_loss, grad_input,
-                                        {rows, logits.size(1), ignore_index, label_smoothing, 0});
-    return;
-  }
-  lse.copy_(std::get<1>(call_cross_entropy(logits, target, "none", ignore_index, label_smoothing)));
-  row_loss.copy_(cross_entropy_row_losses(logits, target, lse, ignore_index, label_smoothing));
-  cross_entropy_backward_into(at::ones({rows}, logits.options()), std::nullopt, logits, target, lse, "none",
-                              ignore_index, label_smoothing, grad_input);
+  const CrossEntropyArgs args{logits.size(0), logits.size(1), ignore_index, label_smoothing, 0};
+  cross_entropy_with_grad_stub(logits.device().type(), logits, target, grad_scale, lse, row_loss, grad_input, args);
+}
+
+namespace {
+
+// The CPU's cross_entropy_with_grad_stub: the loss, then its gradient, in
+// three passes.
+void cross_entropy_with_grad_cpu(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
+                                 at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
+                                 const CrossEntropyArgs& args) {
+  lse.copy_(std::get<1>(call_cross_entropy(logits, target, "none", args.ignore_index, args.label_smoothing)));
+  row_loss.copy_(cross_entropy_row_losses(logits, target, lse, args.ignore_index, args.label_smoothing));
+  cross_entropy_backward_into(at::ones({args.rows}, logits.options()), std::nullopt, logits, target, lse, "none",
+                              args.ignore_index, args.label_smoothing, grad_input);
   // An infinite scale (mean over no kept rows) meets only ignored rows, whose gradient stays 0.
   if (grad_scale.defined()) grad_input.mul_(at::where(at::isinf(grad_scale), 0.0, grad_scale));
 }
+
+// The CPU's scale_unless_one_stub: the host reads the factor (no device to
+// wait for).
+void scale_unless_one_cpu(at::Tensor& data, const at::Tensor& factor) {
+  if (factor.item<double>() != 1.0) data.mul_(factor);
+}
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(cross_entropy_with_grad_stub, CPU, cross_entropy_with_grad_cpu);
+FASTREDUCE_REGISTER_KERNEL(scale_unless_one_stub, CPU, scale_unless_one_cpu);
 
 namespace {
 
@@ -181,11 +195,7 @@ void backend::scale_unless_one(const at::Tensor& self, const at::Tensor& factor)
   TORCH_CHECK(factor.numel() == 1, op, ": argument 'factor' must hold one element, got ", to_text(factor.numel()));
   check_same_device(factor, self, op, "factor", "self");
   at::Tensor data = self;
-  if (!self.is_cuda()) {
-    if (factor.item<double>() != 1.0) data.mul_(factor.reshape({}));
-    return;
-  }
-  scale_unless_one_cuda(data, factor.reshape({}).to(acc_type(self)).contiguous());
+  scale_unless_one_stub(self.device().type(), data, factor.reshape({}).to(acc_type(self)).contiguous());
 }
 
 }  // namespace fastreduce

@@ -2,6 +2,7 @@
 #include "../launch/scale.h"
 #include "common.h"
 #include "cuda_utils.h"
+#include "kernels.h"
 
 namespace fastreduce {
 namespace {
@@ -10,8 +11,6 @@ CrossEntropyShape shape_of(const at::Tensor& logits, const CrossEntropyArgs& arg
   return {to_dtype(logits.scalar_type(), op), args.rows, args.classes, args.ignore_index, args.label_smoothing,
           args.reduction};
 }
-
-}  // namespace
 
 void cross_entropy_forward_cuda(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss,
                                 at::Tensor& lse, const CrossEntropyArgs& args) {
@@ -54,5 +53,12 @@ void scale_unless_one_cuda(at::Tensor& data, const at::Tensor& factor) {
                               factor.const_data_ptr(), sm_count(), current_stream()),
              "_scale_unless_one_");
 }
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(cross_entropy_forward_stub, CUDA, cross_entropy_forward_cuda);
+FASTREDUCE_REGISTER_KERNEL(cross_entropy_backward_stub, CUDA, cross_entropy_backward_cuda);
+FASTREDUCE_REGISTER_KERNEL(cross_entropy_with_grad_stub, CUDA, cross_entropy_forward_backward_cuda);
+FASTREDUCE_REGISTER_KERNEL(scale_unless_one_stub, CUDA, scale_unless_one_cuda);
 
 }  // namespace fastreduce

@@ -23,5 +23,10 @@ inline cudaStream_t current_stream() { return c10::cuda::getCurrentCUDAStream().
 inline at::Tensor workspace(const at::Tensor& like, size_t bytes) {
   return bytes ? at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte)) : at::Tensor();
 }
+// The same on the current device.
+inline at::Tensor workspace(size_t bytes) {
+  const auto options = at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device());
+  return bytes ? at::empty({static_cast<int64_t>(bytes)}, options) : at::Tensor();
+}
 
 }  // namespace fastreduce

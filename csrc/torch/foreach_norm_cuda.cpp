@@ -2,8 +2,11 @@
 #include "../launch/foreach_norm.h"
 #include "common.h"
 #include "cuda_utils.h"
+#include "kernels.h"
 
 namespace fastreduce {
+
+namespace {
 
 void foreach_norm_cuda(at::TensorList tensors, double ord, std::vector<at::Tensor>& norms) {
   const c10::cuda::CUDAGuard guard(tensors[0].device());
@@ -27,5 +30,9 @@ void foreach_norm_cuda(at::TensorList tensors, double ord, std::vector<at::Tenso
                "foreach_norm");
   }
 }
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(foreach_norm_stub, CUDA, foreach_norm_cuda);
 
 }  // namespace fastreduce

@@ -6,6 +6,7 @@
 
 #include "../ladder/table.h"
 #include "common.h"
+#include "kernels.h"
 #include "ops.h"
 
 namespace fastreduce {
@@ -32,7 +33,7 @@ at::Tensor backend::sum_variant(const at::Tensor& self, c10::string_view variant
   const at::Tensor flat = self.contiguous().view(-1);
   at::Tensor out = at::empty({}, self.options().dtype(type == at::kInt ? at::kLong : type));
   if (flat.numel() == 0) return out.zero_();  // no grid to launch (some rungs size theirs from n)
-  ladder_cuda(rung, flat, out);
+  ladder_stub(flat.device().type(), rung, flat, out);
   return out;
 }
 
@@ -42,7 +43,7 @@ at::Tensor backend::read_probe(const at::Tensor& self) {
                   reinterpret_cast<uintptr_t>(self.const_data_ptr()) % 16 == 0,
               "_read_probe: argument 'self' must be contiguous, 16-byte aligned, a multiple of 16 bytes");
   at::Tensor flag = at::empty({}, self.options().dtype(at::kInt));
-  read_probe_cuda(self, flag);
+  read_probe_stub(self.device().type(), self, flag);
   return flag;
 }
 

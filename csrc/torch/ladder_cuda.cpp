@@ -1,8 +1,11 @@
 #include "../launch/ladder.h"
 #include "common.h"
 #include "cuda_utils.h"
+#include "kernels.h"
 
 namespace fastreduce {
+
+namespace {
 
 void ladder_cuda(int rung, const at::Tensor& flat, at::Tensor& out) {
   const c10::cuda::CUDAGuard guard(flat.device());
@@ -18,5 +21,10 @@ void read_probe_cuda(const at::Tensor& data, at::Tensor& flag) {
   check_cuda(read_probe(data.const_data_ptr(), data.nbytes(), flag.data_ptr(), sm_count(), current_stream()),
              "_read_probe");
 }
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(ladder_stub, CUDA, ladder_cuda);
+FASTREDUCE_REGISTER_KERNEL(read_probe_stub, CUDA, read_probe_cuda);
 
 }  // namespace fastreduce

@@ -3,10 +3,13 @@
 // take; the CPU and CUDA backends do the rest.
 #include "norm_args.h"
 
-#include "common.h"
-#include "ops.h"
+#include <c10/core/DeviceGuard.h>
 
 #include <limits>
+
+#include "common.h"
+#include "kernels.h"
+#include "ops.h"
 
 namespace fastreduce {
 
@@ -88,30 +91,45 @@ bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& w
   return (w && w->scalar_type() != input.scalar_type()) || (b && b->scalar_type() != input.scalar_type());
 }
 
-// mean/rstd: aten's shape (*leading, 1, ..., 1); float for half types on CUDA
-// (the accumulator) and where `widen` says, the input dtype otherwise, as
-// aten does.
-at::Tensor stats_tensor(const at::Tensor& input, int64_t k, bool widen_half) {
+// mean/rstd in aten's shape (*leading, 1, ..., 1), of `type`.
+at::Tensor stats_tensor(const at::Tensor& input, int64_t k, at::ScalarType type) {
   std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end() - k);
   shape.insert(shape.end(), k, 1);
-  const bool widen = (widen_half || input.is_cuda()) && input.scalar_type() != at::kDouble;
-  return at::empty(shape, input.options().dtype(widen ? at::kFloat : input.scalar_type()));
+  return at::empty(shape, input.options().dtype(type));
 }
 
-// The parameter and residual checks, the outputs, and the backend call of a
-// forward of any of the four norms.
-struct NormForwardOp {
-  const char* op;
-  bool centered;
+// The dtype of the statistics a forward returns: the accumulator's on CUDA,
+// beside float32 parameters and for rms_norm (no aten contract to follow,
+// and its backward is sensitive to a rounded rstd); the input's otherwise,
+// as aten's CPU layer_norm.
+at::ScalarType returned_stats_type(const at::Tensor& input, bool widen) {
+  return widen || input.is_cuda() ? acc_type(input) : input.scalar_type();
+}
+
+void* mutable_or_null(at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
+
+// A norm as an op names it: the name errors carry, and its kind.
+struct NormOp {
+  const char* name;
+  NormKind kind;
+  bool centered() const { return kind == NormKind::Layer; }
 };
 
-NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, const at::Tensor* residual,
-                                at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
-                                const std::optional<at::Tensor>& bias, double eps) {
-  const char* op = kind.op;
+struct NormForwardResult {
+  at::Tensor y, residual_out, mean, rstd;
+};
+
+// The parameter and residual checks, the outputs, and the backend call of a
+// forward of any of the four norms. The kernels keep the statistics in the
+// accumulator type; they are returned in aten's dtype.
+NormForwardResult norm_forward(NormOp kind, const at::Tensor& input, const at::Tensor* residual,
+                               at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+                               const std::optional<at::Tensor>& bias, double eps) {
+  const char* op = kind.name;
   check_floating(input, op, "input");
-  NormForwardTensors t;
-  t.x = input.contiguous();
+  at::Tensor x = input.contiguous(), added;
+  NormForwardResult r;
   if (residual) {
     check_floating(*residual, op, "residual");
     check_same_device(*residual, input, op, "residual", "input");
@@ -119,29 +137,32 @@ NormForwardTensors norm_forward(NormForwardOp kind, const at::Tensor& input, con
     // Mixed dtypes promote as torch's add would (a float32 residual stream
     // beside bfloat16 sublayer outputs under autocast): both are cast first.
     const auto type = at::promote_types(input.scalar_type(), residual->scalar_type());
-    t.x = t.x.to(type);
-    t.residual = residual->to(type).contiguous();
-    t.residual_out = at::empty_like(t.x);
+    x = x.to(type);
+    added = residual->to(type).contiguous();
+    r.residual_out = at::empty_like(x);
   }
-  check_params(weight, bias, t.x, normalized_shape, op);
+  check_params(weight, bias, x, normalized_shape, op);
   const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
-  t.y = at::empty_like(t.x);
-  // rms_norm keeps rstd in the accumulator type on the CPU too (no aten
-  // contract to follow, and its backward is sensitive to a rounded rstd).
-  t.rstd = stats_tensor(t.x, normalized_shape.size(), has_float_param(t.x, weight, bias) || !kind.centered);
-  if (kind.centered) t.mean = at::empty_like(t.rstd);
-  t.weight = kernel_param(weight, t.x);
-  t.bias = kernel_param(bias, t.x);
-  const NormArgs args{rows, n, 0, eps};
+  r.y = at::empty_like(x);
+  at::Tensor rstd = stats_tensor(x, normalized_shape.size(), acc_type(x));
+  at::Tensor mean = kind.centered() ? at::empty_like(rstd) : at::Tensor();
+  const at::Tensor w = kernel_param(weight, x), b = kernel_param(bias, x);
   if (n == 0) {  // rows of no elements: aten's statistics (mean 0, rstd NaN), nothing to normalise
-    t.rstd.fill_(std::numeric_limits<double>::quiet_NaN());
-    if (kind.centered) t.mean.zero_();
-    if (residual) t.residual_out.copy_(t.x);
-    return t;
+    rstd.fill_(std::numeric_limits<double>::quiet_NaN());
+    if (mean.defined()) mean.zero_();
+    if (residual) r.residual_out.copy_(x);
+  } else {
+    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op};
+    const NormForwardBuffers<> io{x.const_data_ptr(), data_or_null(added),          data_or_null(w),
+                                  data_or_null(b),    r.y.data_ptr(),               mutable_or_null(r.residual_out),
+                                  mutable_or_null(mean), rstd.data_ptr()};
+    const c10::DeviceGuard guard(x.device());
+    norm_forward_stub(x.device().type(), shape, io, eps);
   }
-  if (t.x.is_cuda()) norm_forward_cuda(t, kind.centered, args);
-  else norm_forward_cpu(t, kind.centered, args);
-  return t;
+  const auto type = returned_stats_type(x, has_float_param(x, weight, bias) || !kind.centered());
+  r.rstd = rstd.to(type);
+  if (mean.defined()) r.mean = mean.to(type);
+  return r;
 }
 
 // rms_norm's default eps, as torch: the machine epsilon of the accumulator type.
@@ -153,10 +174,10 @@ double default_eps(at::ScalarType type, std::optional<double> eps) {
 // dx (with grad_residual added when given), and the weight and bias
 // gradients of the parameters that exist (empty tensors for the others).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
-    NormForwardOp kind, const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
+    NormOp kind, const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
     const at::Tensor* mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& grad_residual) {
-  const char* op = kind.op;
+  const char* op = kind.name;
   check_floating(input, op, "input");
   check_like(grad_out, input, op, "grad_out", "input");
   check_same_shape(grad_out, input, op, "grad_out", "input");
@@ -173,44 +194,48 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   if (mean) check_same_device(*mean, input, op, "mean", "input");
   const at::Tensor* w = defined_or_null(weight);
   const at::Tensor* b = defined_or_null(bias);
-  NormBackwardTensors t;
-  t.dy = grad_out.contiguous();
-  t.x = input.contiguous();
-  if (carried) t.grad_residual = carried->contiguous();
-  if (mean) t.mean = *mean;
-  t.rstd = rstd;
-  t.weight = kernel_param(weight, input);
-  t.dx = at::empty_like(t.x);
+  const at::Tensor dy = grad_out.contiguous(), x = input.contiguous();
+  const at::Tensor carried_rows = carried ? carried->contiguous() : at::Tensor();
+  // The kernels take the statistics in the accumulator type.
+  const auto acc = acc_type(input);
+  const at::Tensor mean_acc = mean ? mean->to(acc).contiguous() : at::Tensor(), rstd_acc = rstd.to(acc).contiguous();
+  const at::Tensor kernel_weight = kernel_param(weight, input);
+  at::Tensor dx = at::empty_like(x);
   // The kernels write each gradient in its parameter's dtype; layer_norm's
   // make dweight and dbias when either parameter exists (the absent one's in
   // the accumulator type, unused).
-  const auto acc = acc_type(input);
   auto grad_for = [&](const at::Tensor* param) {
     return at::empty(normalized_shape, input.options().dtype(param ? param->scalar_type() : acc));
   };
-  if (w || b) t.dweight = grad_for(w);
-  if (kind.centered && (w || b)) t.dbias = grad_for(b);
-  const NormArgs args{rows, n, 0, 0};
+  at::Tensor dweight = w || b ? grad_for(w) : at::Tensor();
+  at::Tensor dbias = kind.centered() && (w || b) ? grad_for(b) : at::Tensor();
   if (rows > 0 && n > 0) {
-    if (input.is_cuda()) norm_backward_cuda(t, kind.centered, args);
-    else norm_backward_cpu(t, kind.centered, args);
+    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op};
+    const NormBackwardBuffers<> io{dy.const_data_ptr(),       x.const_data_ptr(),       data_or_null(carried_rows),
+                                   data_or_null(mean_acc),    rstd_acc.const_data_ptr(), data_or_null(kernel_weight),
+                                   dx.data_ptr()};
+    const NormParamGrads grads{mutable_or_null(dweight), mutable_or_null(dbias),
+                               dweight.defined() && dweight.scalar_type() == x.scalar_type(),
+                               dbias.defined() && dbias.scalar_type() == x.scalar_type()};
+    const c10::DeviceGuard guard(x.device());
+    norm_backward_stub(x.device().type(), shape, io, grads);
   } else {  // no rows, or rows of no elements: zero parameter gradients
-    if (t.dweight.defined()) t.dweight.zero_();
-    if (t.dbias.defined()) t.dbias.zero_();
+    if (dweight.defined()) dweight.zero_();
+    if (dbias.defined()) dbias.zero_();
   }
   const auto none = input.new_empty({0});
-  return {t.dx, w ? t.dweight : none, b ? t.dbias : none};
+  return {dx, w ? dweight : none, b ? dbias : none};
 }
 
-constexpr NormForwardOp kLayerNorm{"layer_norm", true}, kAddLayerNorm{"add_layer_norm", true};
-constexpr NormForwardOp kRmsNorm{"rms_norm", false}, kAddRmsNorm{"add_rms_norm", false};
+constexpr NormOp kLayerNorm{"layer_norm", NormKind::Layer}, kAddLayerNorm{"add_layer_norm", NormKind::Layer};
+constexpr NormOp kRmsNorm{"rms_norm", NormKind::Rms}, kAddRmsNorm{"add_rms_norm", NormKind::Rms};
 
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                                    const std::optional<at::Tensor>& weight,
                                                                    const std::optional<at::Tensor>& bias, double eps) {
-  NormForwardTensors t = norm_forward(kLayerNorm, input, nullptr, normalized_shape, weight, bias, eps);
+  NormForwardResult t = norm_forward(kLayerNorm, input, nullptr, normalized_shape, weight, bias, eps);
   return {t.y, t.mean, t.rstd};
 }
 
@@ -218,13 +243,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::layer_norm_backward(
     const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
     const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& grad_residual) {
-  const NormForwardOp kind{"layer_norm_backward", true};
+  const NormOp kind{"layer_norm_backward", NormKind::Layer};
   return norm_backward(kind, grad_out, input, normalized_shape, &mean, rstd, weight, bias, grad_residual);
 }
 
 std::tuple<at::Tensor, at::Tensor> backend::rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                      const std::optional<at::Tensor>& weight, std::optional<double> eps) {
-  NormForwardTensors t =
+  NormForwardResult t =
       norm_forward(kRmsNorm, input, nullptr, normalized_shape, weight, std::nullopt,
                    default_eps(input.scalar_type(), eps));
   return {t.y, t.rstd};
@@ -234,7 +259,7 @@ std::tuple<at::Tensor, at::Tensor> backend::rms_norm_backward(const at::Tensor& 
                                                               at::IntArrayRef normalized_shape, const at::Tensor& rstd,
                                                               const std::optional<at::Tensor>& weight,
                                                               const std::optional<at::Tensor>& grad_residual) {
-  const NormForwardOp kind{"rms_norm_backward", false};
+  const NormOp kind{"rms_norm_backward", NormKind::Rms};
   auto [dx, dw, db] =
       norm_backward(kind, grad_out, input, normalized_shape, nullptr, rstd, weight, std::nullopt, grad_residual);
   return {dx, dw};
@@ -243,7 +268,7 @@ std::tuple<at::Tensor, at::Tensor> backend::rms_norm_backward(const at::Tensor& 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::add_layer_norm(
     const at::Tensor& input, const at::Tensor& residual, at::IntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
-  NormForwardTensors t = norm_forward(kAddLayerNorm, input, &residual, normalized_shape, weight, bias, eps);
+  NormForwardResult t = norm_forward(kAddLayerNorm, input, &residual, normalized_shape, weight, bias, eps);
   return {t.y, t.residual_out, t.mean, t.rstd};
 }
 
@@ -253,7 +278,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::add_rms_norm(const at::T
                                                                      std::optional<double> eps) {
   // eps=None: the epsilon of the sum's dtype (float64 when either is), as rms_norm of input + residual.
   const auto sum_type = at::promote_types(input.scalar_type(), residual.scalar_type());
-  NormForwardTensors t = norm_forward(kAddRmsNorm, input, &residual, normalized_shape, weight, std::nullopt,
+  NormForwardResult t = norm_forward(kAddRmsNorm, input, &residual, normalized_shape, weight, std::nullopt,
                                       default_eps(sum_type, eps));
   return {t.y, t.residual_out, t.rstd};
 }
@@ -270,21 +295,26 @@ at::Tensor from_rowwise(const at::Tensor& t, int64_t dim) {
   return dim == t.dim() - 1 ? t : t.movedim(-1, dim).contiguous();
 }
 
+SoftmaxShape softmax_shape(const at::Tensor& rows, int64_t causal, double scale, const char* op) {
+  const int64_t n = rows.dim() == 0 ? 1 : rows.size(-1);
+  return {to_dtype(rows.scalar_type(), op), n == 0 ? 0 : rows.numel() / n, n, causal, scale, op};
+}
+
 at::Tensor softmax_rows(const at::Tensor& x, int64_t causal, double scale) {
-  const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
   at::Tensor y = at::empty_like(x);
-  const NormArgs args{n == 0 ? 0 : x.numel() / n, n, causal, scale};
-  if (x.is_cuda()) softmax_forward_cuda(x, y, args);
-  else softmax_forward_cpu(x, y, args);
+  const SoftmaxShape shape = softmax_shape(x, causal, scale, "softmax");
+  const SoftmaxForwardBuffers io{x.const_data_ptr(), y.data_ptr()};
+  const c10::DeviceGuard guard(x.device());
+  softmax_forward_stub(x.device().type(), shape, io);
   return y;
 }
 
 at::Tensor softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, int64_t causal, double scale) {
-  const int64_t n = y.dim() == 0 ? 1 : y.size(-1);
   at::Tensor dx = at::empty_like(y);
-  const NormArgs args{n == 0 ? 0 : y.numel() / n, n, causal, scale};
-  if (y.is_cuda()) softmax_backward_cuda(dy, y, dx, args);
-  else softmax_backward_cpu(dy, y, dx, args);
+  const SoftmaxShape shape = softmax_shape(y, causal, scale, "softmax_backward");
+  const SoftmaxBackwardBuffers io{dy.const_data_ptr(), y.const_data_ptr(), dx.data_ptr()};
+  const c10::DeviceGuard guard(y.device());
+  softmax_backward_stub(y.device().type(), shape, io);
   return dx;
 }
 

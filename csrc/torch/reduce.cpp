@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common.h"
+#include "kernels.h"
 #include "ops.h"
 #include "reduction.h"
 
@@ -118,8 +119,7 @@ std::pair<at::Tensor, at::Tensor> run_reduction(ReduceKind kind, const ReducePar
   const auto options = x.options().dtype(out_dtype);
   at::Tensor out = at::empty(in_order ? shape : buffer_shape, options);
   at::Tensor second = two_outputs ? at::empty_like(out) : at::Tensor();
-  if (x.is_cuda()) reduce_cuda(kind, params, layout.dense, layout.outer, layout.len, layout.inner, out, &second);
-  else reduce_cpu(kind, params, layout.dense, layout.outer, layout.len, layout.inner, out, &second);
+  reduce_stub(x.device().type(), kind, params, layout.dense, layout.outer, layout.len, layout.inner, out, &second);
   if (in_order) return {out, second};
 
   std::vector<int64_t> to_logical(layout.kept_order.size());

@@ -4,6 +4,7 @@
 #include "../launch/reduce.h"
 #include "common.h"
 #include "cuda_utils.h"
+#include "kernels.h"
 
 namespace fastreduce {
 
@@ -18,6 +19,8 @@ int sm_count() {
   return count;
 }
 
+namespace {
+
 void reduce_cuda(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
                  int64_t inner, at::Tensor& out, at::Tensor* second) {
   const c10::cuda::CUDAGuard guard(input.device());
@@ -29,5 +32,9 @@ void reduce_cuda(ReduceKind kind, const ReduceParams& params, const at::Tensor& 
   check_cuda(reduce(problem, out.data_ptr(), bytes ? scratch.data_ptr() : nullptr, sms, current_stream()),
              "fastreduce reduction");
 }
+
+}  // namespace
+
+FASTREDUCE_REGISTER_KERNEL(reduce_stub, CUDA, reduce_cuda);
 
 }  // namespace fastreduce

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "../kernels/reduce_op.h"
 #include "common.h"
 
 namespace fastreduce {

@@ -2,9 +2,12 @@
 // group (fastreduce_torch/distributed.py): each rank reduces its slice of
 // every row to (mean, variance), the ranks merge those (8 bytes a row), and
 // each rank applies the merged statistics to its slice.
+#include <c10/core/DeviceGuard.h>
+
 #include <limits>
 
 #include "common.h"
+#include "kernels.h"
 #include "norm_args.h"
 #include "ops.h"
 #include "reduction.h"
@@ -58,29 +61,32 @@ at::Tensor backend::normalize_rows(const at::Tensor& input, const std::optional<
   const bool centered = mean.has_value() && mean->defined();
   if (centered) check_statistic(*mean, input, op, "mean");
   check_statistic(rstd, input, op, "rstd");
-  NormApplyTensors t;
-  t.x = input.contiguous();
-  if (centered) t.mean = mean->contiguous();
-  t.rstd = rstd.contiguous();
+  const at::Tensor x = input.contiguous();
+  const at::Tensor mean_rows = centered ? mean->contiguous() : at::Tensor(), rstd_rows = rstd.contiguous();
   const int64_t n = input.size(-1);
   check_params(weight, bias, input, {n}, op);
-  t.weight = kernel_param(weight, input);
-  t.bias = kernel_param(bias, input);
-  t.y = at::empty_like(t.x);
-  if (t.x.numel() == 0) return t.y;
-  if (t.x.is_cuda()) {
-    normalize_rows_cuda(t, t.x.numel() / n, n);
-    return t.y;
+  const at::Tensor w = kernel_param(weight, input), b = kernel_param(bias, input);
+  at::Tensor y = at::empty_like(x);
+  if (x.numel() == 0) return y;
+  if (x.is_cuda()) {
+    const NormShape shape{to_dtype(x.scalar_type(), op), x.numel() / n, n,
+                          centered ? NormKind::Layer : NormKind::Rms, op};
+    const NormApplyBuffers<> io{x.const_data_ptr(), centered ? mean_rows.const_data_ptr() : nullptr,
+                                rstd_rows.const_data_ptr(), w.defined() ? w.const_data_ptr() : nullptr,
+                                b.defined() ? b.const_data_ptr() : nullptr, y.data_ptr()};
+    const c10::DeviceGuard guard(x.device());
+    normalize_rows_stub(x.device().type(), shape, io);
+    return y;
   }
   // The CPU path serves the gloo tests: torch's element-wise ops in the
   // accumulator type.
-  at::Tensor value = t.x.to(acc_type(input));
-  if (centered) value = value - t.mean.unsqueeze(-1);
-  value = value * t.rstd.unsqueeze(-1);
-  if (t.weight.defined()) value = value * t.weight.to(value.scalar_type());
-  if (t.bias.defined()) value = value + t.bias.to(value.scalar_type());
-  t.y.copy_(value);
-  return t.y;
+  at::Tensor value = x.to(acc_type(input));
+  if (centered) value = value - mean_rows.unsqueeze(-1);
+  value = value * rstd_rows.unsqueeze(-1);
+  if (w.defined()) value = value * w.to(value.scalar_type());
+  if (b.defined()) value = value + b.to(value.scalar_type());
+  y.copy_(value);
+  return y;
 }
 
 }  // namespace fastreduce

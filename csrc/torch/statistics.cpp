@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 
+#include "kernels.h"
 #include "ops.h"
 #include "reduction.h"
 
@@ -151,7 +152,7 @@ std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::
     batched_norms.push_back(buffers[dtype].select(0, used[dtype]++));
     norms[where[k]] = batched_norms.back();
   }
-  foreach_norm_cuda(batched, p, batched_norms);
+  foreach_norm_stub(batched[0].device().type(), batched, p, batched_norms);
   return norms;
 }
 

@@ -1,0 +1,100 @@
+// One layer_norm or rms_norm call over contiguous (rows, n) data, as every
+// layer sees it: the torch glue fills these, the launchers and the CPU
+// kernels take them, the CUDA kernels' arguments extend them. Untyped (T, A
+// void) above the kernels, typed in them: T the data, A the accumulator.
+// Nothing here depends on torch or CUDA.
+#pragma once
+
+#include <cstdint>
+
+#include "dtype.h"
+
+namespace fastreduce {
+
+// The variants: Layer subtracts the row mean and may add a bias; Rms has
+// neither. (Gemma's `1 + weight` is a float32 weight beside half input: no
+// variant of its own.)
+enum class NormKind : uint8_t { Layer, Rms };
+
+struct NormShape {
+  DType dtype;
+  int64_t rows, n;
+  NormKind kind;
+  const char* op;  // the op's name, for errors
+  bool centered() const { return kind == NormKind::Layer; }
+};
+
+// Null pointers are absent. With `residual`, the rows normalised are
+// h = x + residual, rounded to T as torch's add would, and h is written to
+// `residual_out`. Statistics: `rows` each, in the accumulator type; mean for
+// Layer only.
+template <typename T = void, typename A = void>
+struct NormForwardBuffers {
+  const T* x;
+  const T* residual;
+  const T* weight;
+  const T* bias;
+  T* y;
+  T* residual_out;
+  A* mean;
+  A* rstd;
+};
+
+// dx always; `grad_residual` (the gradient arriving at residual_out) is added
+// to it, which is then the gradient of both inputs of the add. `x` is the
+// rows that were normalised (h for the fused add).
+template <typename T = void, typename A = void>
+struct NormBackwardBuffers {
+  const T* dy;
+  const T* x;
+  const T* grad_residual;
+  const A* mean;
+  const A* rstd;
+  const T* weight;
+  T* dx;
+};
+
+// The apply half of a norm from row statistics computed elsewhere (the
+// ranks of a tensor-parallel group): y = (x - mean) * rstd * weight + bias;
+// mean null for rms_norm.
+template <typename T = void, typename A = void>
+struct NormApplyBuffers {
+  const T* x;
+  const A* mean;
+  const A* rstd;
+  const T* weight;
+  const T* bias;
+  T* y;
+};
+
+// The weight and bias gradients (n each), when not null; each in the input's
+// dtype where its flag says so (half parameters beside half input), else in
+// the accumulator type.
+struct NormParamGrads {
+  void* dweight;
+  void* dbias;
+  bool dweight_in_input_type;
+  bool dbias_in_input_type;
+};
+
+template <typename T, typename A>
+NormForwardBuffers<T, A> typed(const NormForwardBuffers<>& b) {
+  return {static_cast<const T*>(b.x),     static_cast<const T*>(b.residual), static_cast<const T*>(b.weight),
+          static_cast<const T*>(b.bias),  static_cast<T*>(b.y),              static_cast<T*>(b.residual_out),
+          static_cast<A*>(b.mean),        static_cast<A*>(b.rstd)};
+}
+
+template <typename T, typename A>
+NormBackwardBuffers<T, A> typed(const NormBackwardBuffers<>& b) {
+  return {static_cast<const T*>(b.dy),     static_cast<const T*>(b.x),    static_cast<const T*>(b.grad_residual),
+          static_cast<const A*>(b.mean),   static_cast<const A*>(b.rstd), static_cast<const T*>(b.weight),
+          static_cast<T*>(b.dx)};
+}
+
+template <typename T, typename A>
+NormApplyBuffers<T, A> typed(const NormApplyBuffers<>& b) {
+  return {static_cast<const T*>(b.x),      static_cast<const A*>(b.mean), static_cast<const A*>(b.rstd),
+          static_cast<const T*>(b.weight), static_cast<const T*>(b.bias), static_cast<T*>(b.y)};
+}
+
+}  // namespace fastreduce

@@ -1,0 +1,51 @@
+// One entry point's kernels by device, as ATen's DispatchStub: each backend
+// registers its function once, where it defines it, and the
+// device-independent op code calls the stub with the device of its input. A build without CUDA registers no CUDA kernels, so a CUDA
+// call says so instead of linking against stand-ins.
+#pragma once
+
+#include <c10/core/DeviceType.h>
+#include <c10/util/Exception.h>
+
+#include <utility>
+
+namespace fastreduce {
+
+template <typename Signature>
+class DeviceStub;
+
+template <typename R, typename... Args>
+class DeviceStub<R(Args...)> {
+ public:
+  using Fn = R (*)(Args...);
+
+  constexpr explicit DeviceStub(const char* name) : name_(name) {}
+
+  template <typename... Given>
+  R operator()(c10::DeviceType device, Given&&... args) const {
+    const Fn fn = device == c10::DeviceType::CUDA ? cuda_ : device == c10::DeviceType::CPU ? cpu_ : nullptr;
+    TORCH_CHECK(fn != nullptr, name_, ": no kernel for device type ", c10::DeviceTypeName(device),
+                device == c10::DeviceType::CUDA ? " (fastreduce was built without CUDA: FASTREDUCE_CUDA=0)" : "");
+    return fn(std::forward<Given>(args)...);
+  }
+
+  bool set(c10::DeviceType device, Fn fn) {
+    (device == c10::DeviceType::CUDA ? cuda_ : cpu_) = fn;
+    return true;
+  }
+
+ private:
+  const char* name_;
+  Fn cpu_ = nullptr;
+  Fn cuda_ = nullptr;
+};
+
+// In a header: the stub every backend and caller shares.
+#define FASTREDUCE_DECLARE_STUB(stub, signature) extern DeviceStub<signature> stub
+// In one source file.
+#define FASTREDUCE_DEFINE_STUB(stub, signature) DeviceStub<signature> stub(#stub)
+// In a backend's source file, at namespace scope: `device` is CPU or CUDA.
+#define FASTREDUCE_REGISTER_KERNEL(stub, device, fn) \
+  static const bool stub##_##device##_registered = stub.set(c10::DeviceType::device, fn)
+
+}  // namespace fastreduce

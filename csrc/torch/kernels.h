@@ -1,0 +1,72 @@
+// The device entry points of the ops: one stub each (device_stub.h), which
+// the op code calls with its input's device. Each backend registers its
+// kernel where it defines it: csrc/cpu and the *_cpu.cpp files for the CPU,
+// the *_cuda.cpp glue for CUDA. "CUDA only": the op code takes another way
+// on the CPU.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "../kernels/norm_buffers.h"
+#include "../kernels/reduce_op.h"
+#include "../kernels/softmax_buffers.h"
+#include "device_stub.h"
+
+namespace fastreduce {
+
+// Reduces the dense (outer, len, inner) view `input` over len into the dense
+// `out` (outer * inner elements of the op's output type) and, for the kinds
+// with two results, `second` (the mean of var_mean, the max of aminmax).
+FASTREDUCE_DECLARE_STUB(reduce_stub, void(ReduceKind kind, const ReduceParams& params, const at::Tensor& input,
+                                          int64_t outer, int64_t len, int64_t inner, at::Tensor& out,
+                                          at::Tensor* second));
+
+// The norm of each of `tensors` (contiguous, float/half types) into the 0-dim
+// `norms` (one per tensor, of its dtype), in one pass over all. CUDA only.
+FASTREDUCE_DECLARE_STUB(foreach_norm_stub,
+                        void(at::TensorList tensors, double ord, std::vector<at::Tensor>& norms));
+
+// layer_norm and rms_norm, softmax and causal_softmax over the buffers the
+// op code prepared, on the current device (the caller sets it).
+FASTREDUCE_DECLARE_STUB(norm_forward_stub, void(const NormShape& shape, const NormForwardBuffers<>& io, double eps));
+FASTREDUCE_DECLARE_STUB(norm_backward_stub,
+                        void(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads));
+// The apply half of a norm from row statistics computed elsewhere. CUDA only.
+FASTREDUCE_DECLARE_STUB(normalize_rows_stub, void(const NormShape& shape, const NormApplyBuffers<>& io));
+FASTREDUCE_DECLARE_STUB(softmax_forward_stub, void(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io));
+FASTREDUCE_DECLARE_STUB(softmax_backward_stub, void(const SoftmaxShape& shape, const SoftmaxBackwardBuffers& io));
+
+// Cross-entropy over contiguous (rows, classes) logits with int64 targets:
+// loss (rows elements for reduction none, else one) in the logits' dtype,
+// lse (rows) in the accumulator type. grad_lse may be undefined.
+struct CrossEntropyArgs {
+  int64_t rows, classes, ignore_index;
+  double label_smoothing;
+  int reduction;  // 0 none, 1 mean, 2 sum
+};
+FASTREDUCE_DECLARE_STUB(cross_entropy_forward_stub,
+                        void(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
+                             const CrossEntropyArgs& args));
+FASTREDUCE_DECLARE_STUB(cross_entropy_backward_stub,
+                        void(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
+                             const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
+                             const CrossEntropyArgs& args));
+// lse and row losses (accumulator type, rows each) and the gradient of
+// grad_scale (a 0-d accumulator-type tensor, or undefined for 1) times their
+// sum, in one pass; grad_input may be the logits. The CPU takes three.
+FASTREDUCE_DECLARE_STUB(cross_entropy_with_grad_stub,
+                        void(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
+                             at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
+                             const CrossEntropyArgs& args));
+// data (contiguous) *= factor (0-d, data's accumulator type, same device)
+// unless the factor is 1; no host synchronisation on CUDA.
+FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(at::Tensor& data, const at::Tensor& factor));
+
+// The teaching ladder's rung `rung` summing the contiguous 1-D `flat` into
+// `out`; the read probe (a read of `data` that also evicts L2). CUDA only.
+FASTREDUCE_DECLARE_STUB(ladder_stub, void(int rung, const at::Tensor& flat, at::Tensor& out));
+FASTREDUCE_DECLARE_STUB(read_probe_stub, void(const at::Tensor& data, at::Tensor& flag));
+
+}  // namespace fastreduce
