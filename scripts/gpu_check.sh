@@ -38,7 +38,7 @@ fi
 want tests && python3 -m pytest -q -ra tests -p no:cacheprovider 2>&1 | tail -n 60 | tee "$OUT/tests.log"
 # The C++ tests (API on CPU and CUDA, the example, AOTInductor from C++).
 want cpp && MAX_JOBS=16 make cpp-test PYTHON=python3 2>&1 | grep -v "^\[\|^--\|gmake" | tail -n 60 | tee "$OUT/cpp.log"
-# compute-sanitizer over the CUDA norm and drop-in tests (compiled ones left
+# compute-sanitizer over the CUDA norm, loss and autograd tests (compiled ones left
 # out: Inductor's own kernels are not ours to check; so is the test of Python
 # objects freed: under the sanitizer a C-side reference outside fastreduce
 # keeps the frame of the call, and with it the input, alive).
@@ -46,15 +46,15 @@ sanitize() {
   compute-sanitizer --tool "$1" --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider -m cuda \
     -k "not compile and not free_what_they_saved" "${@:2}" 2>&1 | tail -n 15 | tee -a "$OUT/$1.log"
 }
-want memcheck && sanitize memcheck tests/test_norms.py tests/test_dropin.py tests/test_transformer_rows.py
+want memcheck && sanitize memcheck tests/test_norms.py tests/test_autograd.py tests/test_rms_norm.py tests/test_losses.py
 # The fuzz suite's CUDA cases (special values, device mixes, bad arguments),
 # each child process under memcheck: a report fails the case it appears in.
 want memcheck && FASTREDUCE_FUZZ_WRAP="compute-sanitizer --tool memcheck --error-exitcode 9" \
   python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_fuzz.py 2>&1 | tail -n 40 | tee -a "$OUT/memcheck.log"
-want memcheck && sanitize memcheck tests/test_family.py tests/test_reductions.py \
+want memcheck && sanitize memcheck tests/test_statistics.py tests/test_reductions.py \
   -k "full or dim or extremes or (moments and float32) or (logsumexp and bfloat16) or (norm and float16) or argmax or aminmax or any or foreach or clip or graph or plan_shapes"
-want racecheck && sanitize racecheck tests/test_family.py -k "moments and float32 or argmax or foreach"
-want racecheck && sanitize racecheck tests/test_norms.py tests/test_transformer_rows.py \
+want racecheck && sanitize racecheck tests/test_statistics.py -k "moments and float32 or argmax or foreach"
+want racecheck && sanitize racecheck tests/test_norms.py tests/test_rms_norm.py tests/test_losses.py \
   -k "backward_matches or parameters_dtype or (long_rows and float32) or (add_norm and bfloat16) or (every_option and 50304)"
 want gpt2 && python3 examples/gpt2.py 2>&1 | tee "$OUT/gpt2.txt"
 want llama && python3 examples/llama.py 2>&1 | tee "$OUT/llama.txt"

@@ -52,3 +52,22 @@ def side_stream_then_graph(step):
     graph.replay()
     torch.cuda.synchronize()
     return on_side_stream, tuple(t.clone() for t in captured)
+
+
+# Within-rounding checks against float64 references, per dtype.
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2, torch.float64: 1e-12}
+
+
+def max_error(ours, reference):
+    return (ours.double() - reference).abs().max().item() if ours.numel() else 0.0
+
+
+def close_to_reference(ours, reference, scale=1.0, theirs=None):
+    """Within the dtype's rounding of the float64 reference (relative to the
+    reference's own size), or within twice torch's own error `theirs` where
+    the problem is ill-conditioned (one-element rows)."""
+    bound = TOLERANCE[ours.dtype] * max(scale, reference.abs().max().item() if reference.numel() else 0.0)
+    if theirs is not None:
+        bound = max(bound, 2 * max_error(theirs, reference))
+    err = max_error(ours, reference)
+    assert err <= bound, (err, bound)

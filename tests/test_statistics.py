@@ -2,9 +2,6 @@
 foreach_norm and clip_grad_norm_ against float64 references and torch."""
 
 import math
-import subprocess
-import sys
-
 import warnings
 
 import pytest

@@ -1,35 +1,20 @@
-"""rms_norm, the fused residual add + norms and the fused cross-entropy against
-float64 references and torch, forward and backward, every option."""
-
-import itertools
+"""rms_norm and the fused residual add + norms (add_layer_norm, add_rms_norm)
+against float64 references and torch, forward and backward, every option;
+gradcheck, opcheck, compile, autocast, modules and CUDA graphs of the
+transformer row ops (with cross-entropy, whose own tests are in
+test_losses.py)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import fastreduce_torch as fr
-from conftest import DEVICES, offset_view, requires_cuda, side_stream_then_graph
+from conftest import TOLERANCE, DEVICES, close_to_reference, offset_view, requires_cuda, side_stream_then_graph
 
 LOW = [torch.float32, torch.float16, torch.bfloat16]
 # 1, 33: element-wise rows; 200, 768: warp rows; 1500, 4096: block rows in
 # registers; 20000: past the registers (shared memory or streamed).
 WIDTHS = [1, 33, 200, 768, 1500, 4096, 20000]
-TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2, torch.float64: 1e-12}
-
-
-def max_error(ours, reference):
-    return (ours.double() - reference).abs().max().item() if ours.numel() else 0.0
-
-
-def close_to_reference(ours, reference, scale=1.0, theirs=None):
-    """Within the dtype's rounding of the float64 reference (relative to the
-    reference's own size), or within twice torch's own error `theirs` where
-    the problem is ill-conditioned (one-element rows)."""
-    bound = TOLERANCE[ours.dtype] * max(scale, reference.abs().max().item() if reference.numel() else 0.0)
-    if theirs is not None:
-        bound = max(bound, 2 * max_error(theirs, reference))
-    err = max_error(ours, reference)
-    assert err <= bound, (err, bound)
 
 
 def default_eps(dtype):
@@ -203,195 +188,6 @@ def test_add_norm_only_one_output_used(device):
     x3, r3 = leaves(x.detach(), r.detach())
     fr.add_layer_norm(x3, r3, 64)[1].pow(2).sum().backward()  # only h used
     torch.testing.assert_close(x3.grad, 2 * (x + r).detach())
-
-
-# ---- cross-entropy
-
-
-def ce_reference(logits, target, ignore_index, reduction, smoothing):
-    return F.cross_entropy(logits.double(), target, ignore_index=ignore_index, reduction=reduction,
-                           label_smoothing=smoothing)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("shape", [(1, 7), (13, 33), (64, 1000), (5, 50304)])
-@pytest.mark.parametrize("return_lse", [True, False])  # False: the gradient comes from the forward
-def test_cross_entropy_every_option(device, dtype, shape, return_lse):
-    n, v = shape
-    logits = (torch.randn(n, v, device=device) * 3).to(dtype)
-    target = torch.randint(0, v, (n,), device=device)
-    for reduction, smoothing, ignore_index in itertools.product(["mean", "sum", "none"], [0.0, 0.1], [-100, 3]):
-        if n > 2:
-            target[1] = ignore_index
-            target[n // 2] = 3  # ignored too with ignore_index 3
-        x = logits.clone().requires_grad_(True)
-        out = fr.cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction,
-                               label_smoothing=smoothing, return_lse=return_lse)
-        loss = out[0] if return_lse else out
-        assert loss.dtype == dtype and loss.shape == ((n,) if reduction == "none" else ())
-        x64 = logits.double().requires_grad_(True)
-        ref = ce_reference(x64, target, ignore_index, reduction, smoothing)
-        close_to_reference(loss, ref.detach(), scale=1.0)
-        if return_lse:
-            close_to_reference(out[1].to(dtype), torch.logsumexp(logits.double(), 1), scale=1.0)
-        g = torch.rand_like(ref) + 0.5
-        (grad,) = torch.autograd.grad(loss, x, g.to(dtype))
-        (ref_grad,) = torch.autograd.grad(ref, x64, g)
-        close_to_reference(grad, ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("smoothing", [0.0, 0.1])
-@pytest.mark.parametrize("with_lse", [False, True])
-def test_cross_entropy_inplace_backward(device, dtype, reduction, smoothing, with_lse):
-    # The gradient written over the logits equals the one in a new tensor
-    # (lse's gradient included); the logits are overwritten by it.
-    hidden = torch.randn(33, 1000, device=device).to(dtype).requires_grad_()
-    target = torch.randint(0, 1000, (33,), device=device)
-    target[::5] = -100
-    g = torch.rand(33 if reduction == "none" else (), device=device).to(dtype) + 0.5
-
-    def grads(inplace):
-        logits = hidden * 1  # a non-leaf, as a model's
-        loss, lse = fr.cross_entropy(logits, target, reduction=reduction, label_smoothing=smoothing, return_lse=True,
-                                     inplace_backward=inplace)
-        total = (loss * g).sum() + (lse.pow(2).sum() * 1e-2 if with_lse else 0)
-        (grad,) = torch.autograd.grad(total, hidden)
-        return loss.detach(), grad, logits.detach()
-
-    loss, grad, logits = grads(False)
-    loss_inplace, grad_inplace, overwritten = grads(True)
-    torch.testing.assert_close(loss_inplace, loss)
-    torch.testing.assert_close(grad_inplace, grad)
-    torch.testing.assert_close(overwritten, grad)  # hidden * 1: the logits' gradient is hidden's
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("inplace", [False, True])
-def test_cross_entropy_gradient_in_forward(device, inplace):
-    # The gradient computed in the forward: scaled by the incoming gradient
-    # (1 or not), once only; under autocast in float32, as torch's loss.
-    logits = torch.randn(9, 300, device=device)
-    target = torch.randint(0, 300, (9,), device=device)
-    for g in (1.0, -2.5):
-        x = logits.clone().requires_grad_()
-        loss = fr.cross_entropy(x * 1, target, inplace_backward=inplace)
-        loss.backward(torch.tensor(g, device=device), retain_graph=True)
-        x_ref = logits.clone().requires_grad_()
-        (F.cross_entropy(x_ref, target) * g).backward()
-        torch.testing.assert_close(x.grad, x_ref.grad)
-        with pytest.raises(RuntimeError, match="second backward"):
-            loss.backward()
-    dtype = torch.bfloat16
-    with torch.autocast(device, dtype=dtype):
-        x = logits.to(dtype).requires_grad_()
-        loss = fr.cross_entropy(x, target, inplace_backward=inplace)
-        assert loss.dtype == F.cross_entropy(x, target).dtype == torch.float32
-    loss.backward()
-    x_ref = logits.to(dtype).requires_grad_()
-    with torch.autocast(device, dtype=dtype):
-        F.cross_entropy(x_ref, target).backward()
-    assert x.grad.dtype == dtype
-    torch.testing.assert_close(x.grad, x_ref.grad)
-
-
-@requires_cuda
-@pytest.mark.cuda
-def test_cross_entropy_gradient_in_forward_holds_no_more_memory():
-    # Between forward and backward autograd holds the gradient instead of
-    # the logits: with the logits dropped, no more than before.
-    hidden = torch.randn(512, 64, device="cuda", requires_grad=True)
-    head = torch.randn(50304, 64, device="cuda") / 8
-    target = torch.randint(0, 50304, (512,), device="cuda")
-
-    def held(**options):
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        loss = fr.cross_entropy(hidden @ head.T, target, **options)
-        torch.cuda.synchronize()
-        return loss, torch.cuda.memory_allocated() - before
-
-    logits_bytes = 512 * 50304 * 4
-    held(return_lse=True)  # the first matmul allocates cuBLAS's workspace
-    for options in ({}, {"inplace_backward": True}):
-        loss, extra = held(**options)
-        assert extra <= logits_bytes + 2**20, (options, extra)
-        loss.backward()
-    loss, extra = held(return_lse=True)  # the gradient comes in the backward: the logits are held
-    assert logits_bytes <= extra <= logits_bytes + 2**20
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_cross_entropy_edges(device):
-    logits = torch.randn(6, 40, device=device)
-    ignored = torch.full((6,), -100, device=device)
-    assert torch.isnan(fr.cross_entropy(logits, ignored))  # all ignored: 0/0, as torch
-    assert fr.cross_entropy(logits, ignored, reduction="sum").item() == 0
-    x = logits.clone().requires_grad_(True)
-    fr.cross_entropy(x, ignored, reduction="sum").backward()
-    assert (x.grad == 0).all()
-    # A masked vocabulary (-inf logits) stays finite; an inf logit gives NaN, as torch.
-    masked = logits.clone()
-    masked[:, 30:] = float("-inf")
-    target = torch.randint(0, 30, (6,), device=device)
-    torch.testing.assert_close(fr.cross_entropy(masked, target), F.cross_entropy(masked, target))
-    hot = logits.clone()
-    hot[0, 0] = float("inf")
-    assert torch.isnan(fr.cross_entropy(hot, target)) and torch.isnan(F.cross_entropy(hot, target))
-    empty = torch.randn(0, 40, device=device)
-    assert torch.isnan(fr.cross_entropy(empty, torch.zeros(0, dtype=torch.long, device=device)))
-    # Non-contiguous and offset logits.
-    wide = torch.randn(40, 6, device=device).t()
-    torch.testing.assert_close(fr.cross_entropy(wide, target), F.cross_entropy(wide, target))
-    shifted = offset_view(torch.randn(6, 64, device=device), 3)
-    torch.testing.assert_close(fr.cross_entropy(shifted, target), F.cross_entropy(shifted, target))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_cross_entropy_z_loss_gradient(device):
-    logits = torch.randn(8, 100, device=device, dtype=torch.float64, requires_grad=True)
-    target = torch.randint(0, 100, (8,), device=device)
-    target[2] = -100
-
-    def ours(x):
-        loss, lse = fr.cross_entropy(x, target, label_smoothing=0.05, return_lse=True)
-        return loss + 1e-2 * lse.pow(2).mean()
-
-    def theirs(x):
-        return F.cross_entropy(x, target, label_smoothing=0.05) + 1e-2 * torch.logsumexp(x, 1).pow(2).mean()
-
-    torch.testing.assert_close(torch.autograd.grad(ours(logits), logits)[0],
-                               torch.autograd.grad(theirs(logits), logits)[0])
-    only_lse = torch.autograd.grad(fr.cross_entropy(logits, target, return_lse=True)[1].sum(), logits)[0]
-    torch.testing.assert_close(only_lse, torch.softmax(logits, 1))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_cross_entropy_bad_arguments(device):
-    logits = torch.randn(4, 10, device=device)
-    target = torch.randint(0, 10, (4,), device=device)
-    with pytest.raises(RuntimeError, match="'target'"):
-        fr.cross_entropy(logits, target.int())
-    with pytest.raises(RuntimeError, match="'target'"):
-        fr.cross_entropy(logits, target[:3])
-    with pytest.raises(RuntimeError, match="'input'"):
-        fr.cross_entropy(logits.view(2, 2, 10), target)
-    with pytest.raises(RuntimeError, match="'reduction'"):
-        fr.cross_entropy(logits, target, reduction="avg")
-    with pytest.raises(RuntimeError, match="'residual'"):
-        fr.add_rms_norm(logits, logits[:, :5], 10)
-    with pytest.raises(RuntimeError, match="'residual'"):
-        fr.add_rms_norm(logits, logits.int(), 10)
-    with pytest.raises(RuntimeError, match="'weight'"):
-        fr.rms_norm(logits, 10, torch.randn(9, device=device))
-
-
-def test_cross_entropy_target_out_of_range_cpu():
-    with pytest.raises(RuntimeError, match="outside"):
-        fr.cross_entropy(torch.randn(3, 5), torch.tensor([0, 5, 1]))
 
 
 # ---- gradcheck, opcheck, compile, autocast, modules
