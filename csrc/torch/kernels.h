@@ -1,8 +1,8 @@
 // The device entry points of the ops: one stub each (device_stub.h), which
 // the op code calls with its input's device. Each backend registers its
-// kernel where it defines it: csrc/cpu and the *_cpu.cpp files for the CPU,
-// the *_cuda.cpp glue for CUDA. "CUDA only": the op code takes another way
-// on the CPU.
+// kernel where it defines it: csrc/cpu (and cross_entropy.cpp's composite
+// CPU ways) for the CPU, the *_cuda.cpp glue for CUDA. "CUDA only": the op
+// code takes another way on the CPU.
 #pragma once
 
 #include <ATen/ATen.h>
