@@ -2,7 +2,6 @@
 // once, then max, sum of exponentials and (label smoothing) the plain sum on
 // at::vec vectors. Same formulas as the CUDA kernels
 // (cross_entropy_kernels.cuh); row losses are summed in row order.
-#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -46,19 +45,26 @@ A gradient_shift(A lse) {
 
 // The divisor of reduction "mean": the rows whose target is not ignored.
 template <typename A>
-A kept_rows(const int64_t* targets, const CrossEntropyArgs& args) {
+A kept_rows(const int64_t* targets, const CrossEntropyShape& args) {
   A kept = 0;
   for (int64_t r = 0; r < args.rows; ++r) kept += targets[r] != args.ignore_index;
   return kept;
 }
 
+// A class index the rows can hold, or torch's error (the CPU stops at a bad
+// target, as torch's CPU loss; the CUDA kernels give NaN, having no host to
+// ask without a sync).
+void check_class(int64_t t, int64_t classes, const char* op) {
+  TORCH_CHECK(t >= 0 && t < classes, op, ": argument 'target' holds class ", to_text(t), ", outside [0, ",
+              to_text(classes), ")");
+}
+
 template <typename T>
-void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
-                  const CrossEntropyArgs& args) {
+void forward_rows(const CrossEntropyShape& args, const CrossEntropyForwardBuffers& io) {
   using A = at::opmath_type<T>;
-  const T* xs = logits.const_data_ptr<T>();
-  const int64_t* targets = target.const_data_ptr<int64_t>();
-  A* lses = lse.data_ptr<A>();
+  const T* xs = static_cast<const T*>(io.logits);
+  const int64_t* targets = io.target;
+  A* lses = static_cast<A*>(io.lse);
   const int64_t classes = args.classes;
   const A smoothing = static_cast<A>(args.label_smoothing);
   std::vector<A> row_loss(args.rows);
@@ -73,13 +79,12 @@ void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor
         row_loss[r] = 0;
         continue;
       }
-      TORCH_CHECK(t >= 0 && t < classes, "cross_entropy: argument 'target' holds class ", to_text(t),
-                  ", outside [0, ", to_text(classes), ")");
+      check_class(t, classes, args.op);
       const A smooth = smoothing == A(0) ? A(0) : smoothing * ((top - cpu::sum(row, classes) / classes) + log_sum);
       row_loss[r] = (A(1) - smoothing) * ((top - row[t]) + log_sum) + smooth;
     }
   });
-  T* out = loss.data_ptr<T>();
+  T* out = static_cast<T*>(io.loss);
   if (args.reduction == 0) {
     std::transform(row_loss.begin(), row_loss.end(), out, [](A v) { return static_cast<T>(v); });
     return;
@@ -90,17 +95,15 @@ void forward_rows(const at::Tensor& logits, const at::Tensor& target, at::Tensor
 }
 
 template <typename T>
-void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
-                   const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
-                   const CrossEntropyArgs& args) {
+void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuffers& io) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
-  const T* xs = logits.const_data_ptr<T>();
-  const int64_t* targets = target.const_data_ptr<int64_t>();
-  const A* lses = lse.const_data_ptr<A>();
-  const A* grad_lses = grad_lse.defined() ? grad_lse.const_data_ptr<A>() : nullptr;
-  const T* grads = grad_loss.const_data_ptr<T>();
-  T* dxs = grad_input.data_ptr<T>();
+  const T* xs = static_cast<const T*>(io.logits);
+  const int64_t* targets = io.target;
+  const A* lses = static_cast<const A*>(io.lse);
+  const A* grad_lses = static_cast<const A*>(io.grad_lse);
+  const T* grads = static_cast<const T*>(io.grad_loss);
+  T* dxs = static_cast<T*>(io.grad_input);
   const int64_t classes = args.classes;
   const A smoothing = static_cast<A>(args.label_smoothing);
   A scale = 0;  // mean and sum: one gradient for every row
@@ -110,9 +113,7 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
     std::vector<A> buffer, out_buffer(std::is_same_v<T, A> ? 0 : classes);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t t = targets[r];
-      TORCH_CHECK(t == args.ignore_index || (t >= 0 && t < classes),
-                  "cross_entropy_backward: argument 'target' holds class ", to_text(t), ", outside [0, ",
-                  to_text(classes), ")");
+      if (t != args.ignore_index) check_class(t, classes, args.op);
       const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
       const V soft(g + (grad_lses ? grad_lses[r] : A(0)));
       const V shift(gradient_shift(lses[r])), smooth(g * smoothing / static_cast<A>(classes));
@@ -128,23 +129,66 @@ void backward_rows(const at::Tensor& grad_loss, const at::Tensor& grad_lse, cons
   });
 }
 
-void cross_entropy_forward_cpu(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
-                               const CrossEntropyArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "cross_entropy",
-                                  [&] { forward_rows<scalar_t>(logits, target, loss, lse, args); });
+// The gradient of grad_scale times the summed row losses, with the lse and
+// the row losses (the accumulator type), a row at a time: the row is widened
+// once and read from that buffer for all three. grad_input may be the logits.
+template <typename T>
+void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuffers& io) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  const T* xs = static_cast<const T*>(io.logits);
+  const int64_t* targets = io.target;
+  const A g = io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1);
+  A* lses = static_cast<A*>(io.lse);
+  A* losses = static_cast<A*>(io.row_loss);
+  T* dxs = static_cast<T*>(io.grad_input);
+  const int64_t classes = args.classes;
+  const A smoothing = static_cast<A>(args.label_smoothing);
+  at::parallel_for(0, args.rows, cpu::row_grain(classes), [&](int64_t begin, int64_t end) {
+    std::vector<A> buffer, out_buffer(classes);
+    for (int64_t r = begin; r < end; ++r) {
+      const A* row = cpu::widen(xs + r * classes, classes, buffer);
+      const auto [top, log_sum] = log_sum_exp(row, classes);
+      lses[r] = row_lse(top, log_sum);
+      const int64_t t = targets[r];
+      A* out = out_buffer.data();
+      if (t == args.ignore_index) {  // 0 whatever the scale (inf for a mean over no kept rows)
+        losses[r] = 0;
+        std::fill(out, out + classes, A(0));
+      } else {
+        check_class(t, classes, args.op);
+        const A mean = smoothing == A(0) ? A(0) : cpu::sum(row, classes) / classes;
+        const A smooth = smoothing == A(0) ? A(0) : smoothing * ((top - mean) + log_sum);
+        losses[r] = (A(1) - smoothing) * ((top - row[t]) + log_sum) + smooth;
+        const V soft(g), shift(gradient_shift(lses[r])), uniform(g * smoothing / static_cast<A>(classes));
+        int64_t i = 0;
+        for (; i + V::size() <= classes; i += V::size())
+          (soft * (V::loadu(row + i) - shift).exp() - uniform).store(out + i);
+        if (i < classes)
+          (soft * (V::loadu(row + i, classes - i) - shift).exp() - uniform).store(out + i, classes - i);
+        out[t] -= g * (A(1) - smoothing);
+      }
+      cpu::narrow(out, dxs + r * classes, classes);
+    }
+  });
 }
 
-void cross_entropy_backward_cpu(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
-                                const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
-                                const CrossEntropyArgs& args) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "cross_entropy_backward", [&] {
-    backward_rows<scalar_t>(grad_loss, grad_lse, logits, target, lse, grad_input, args);
-  });
+void cross_entropy_forward_cpu(const CrossEntropyShape& shape, const CrossEntropyForwardBuffers& io) {
+  cpu::with_floating(shape.dtype, [&](auto tag) { forward_rows<typename decltype(tag)::type>(shape, io); });
+}
+
+void cross_entropy_backward_cpu(const CrossEntropyShape& shape, const CrossEntropyBackwardBuffers& io) {
+  cpu::with_floating(shape.dtype, [&](auto tag) { backward_rows<typename decltype(tag)::type>(shape, io); });
+}
+
+void cross_entropy_with_grad_cpu(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io) {
+  cpu::with_floating(shape.dtype, [&](auto tag) { with_grad_rows<typename decltype(tag)::type>(shape, io); });
 }
 
 }  // namespace
 
 FASTREDUCE_REGISTER_KERNEL(cross_entropy_forward_stub, CPU, cross_entropy_forward_cpu);
 FASTREDUCE_REGISTER_KERNEL(cross_entropy_backward_stub, CPU, cross_entropy_backward_cpu);
+FASTREDUCE_REGISTER_KERNEL(cross_entropy_with_grad_stub, CPU, cross_entropy_with_grad_cpu);
 
 }  // namespace fastreduce

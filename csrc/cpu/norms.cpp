@@ -314,37 +314,26 @@ void softmax_backward_rows(const SoftmaxShape& shape, const SoftmaxBackwardBuffe
   });
 }
 
-// The floating C++ type of `dtype` (the glue has refused the others).
-template <typename F>
-void with_floating(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Half: return f(TypeTag<c10::Half>{});
-    case DType::BFloat16: return f(TypeTag<c10::BFloat16>{});
-    case DType::Float: return f(TypeTag<float>{});
-    default: return f(TypeTag<double>{});
-  }
-}
-
 void norm_forward_cpu(const NormShape& shape, const NormForwardBuffers<>& io, double eps) {
-  with_floating(shape.dtype, [&](auto tag) {
+  cpu::with_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     norm_forward_rows<T>(shape, typed<T, at::opmath_type<T>>(io), eps);
   });
 }
 
 void norm_backward_cpu(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads) {
-  with_floating(shape.dtype, [&](auto tag) {
+  cpu::with_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     norm_backward_rows<T>(shape, typed<T, at::opmath_type<T>>(io), grads);
   });
 }
 
 void softmax_forward_cpu(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io) {
-  with_floating(shape.dtype, [&](auto tag) { softmax_forward_rows<typename decltype(tag)::type>(shape, io); });
+  cpu::with_floating(shape.dtype, [&](auto tag) { softmax_forward_rows<typename decltype(tag)::type>(shape, io); });
 }
 
 void softmax_backward_cpu(const SoftmaxShape& shape, const SoftmaxBackwardBuffers& io) {
-  with_floating(shape.dtype, [&](auto tag) { softmax_backward_rows<typename decltype(tag)::type>(shape, io); });
+  cpu::with_floating(shape.dtype, [&](auto tag) { softmax_backward_rows<typename decltype(tag)::type>(shape, io); });
 }
 
 }  // namespace

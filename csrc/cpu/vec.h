@@ -16,6 +16,18 @@
 
 namespace fastreduce::cpu {
 
+// Calls f(TypeTag<T>{}) for the floating C++ type T of `dtype` (the glue has
+// refused the others).
+template <typename F>
+void with_floating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Half: return f(TypeTag<c10::Half>{});
+    case DType::BFloat16: return f(TypeTag<c10::BFloat16>{});
+    case DType::Float: return f(TypeTag<float>{});
+    default: return f(TypeTag<double>{});
+  }
+}
+
 template <typename T>
 using Vec = at::vec::Vectorized<T>;
 

@@ -30,8 +30,11 @@ size_t cross_entropy_workspace_bytes(const CrossEntropyShape& shape) {
   return std::max<int64_t>(shape.rows, 1) * acc;
 }
 
-cudaError_t cross_entropy_forward(const CrossEntropyShape& shape, const void* logits, const int64_t* target,
-                                  void* loss, void* lse, void* workspace, cudaStream_t stream) {
+cudaError_t cross_entropy_forward(const CrossEntropyShape& shape, const CrossEntropyForwardBuffers& io,
+                                  void* workspace, cudaStream_t stream) {
+  const void* logits = io.logits;
+  const int64_t* target = io.target;
+  void *loss = io.loss, *lse = io.lse;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -53,10 +56,12 @@ cudaError_t cross_entropy_forward(const CrossEntropyShape& shape, const void* lo
   });
 }
 
-cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const void* grad_loss, const void* grad_lse,
-                                   const void* logits, const int64_t* target, const void* lse, void* grad_input,
+cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const CrossEntropyBackwardBuffers& io,
                                    void* workspace, cudaStream_t stream) {
   if (shape.rows == 0) return cudaSuccess;
+  const void *grad_loss = io.grad_loss, *grad_lse = io.grad_lse, *logits = io.logits, *lse = io.lse;
+  const int64_t* target = io.target;
+  void* grad_input = io.grad_input;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -78,10 +83,12 @@ cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const void* g
   });
 }
 
-cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const void* logits, const int64_t* target,
-                                           const void* grad_scale, void* lse, void* row_loss, void* grad_input,
+cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io,
                                            cudaStream_t stream) {
   if (shape.rows == 0) return cudaSuccess;
+  const void *logits = io.logits, *grad_scale = io.grad_scale;
+  const int64_t* target = io.target;
+  void *lse = io.lse, *row_loss = io.row_loss, *grad_input = io.grad_input;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;

@@ -40,10 +40,11 @@ DType to_dtype(at::ScalarType type, const char* op);
 // + eps (lse - mean z), 0 on ignored rows, NaN for a target out of range.
 at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
                                     int64_t ignore_index, double label_smoothing);
-// cross_entropy_with_grad_stub on the logits' device; target contiguous.
+// cross_entropy_with_grad_stub on the logits' device; target contiguous;
+// `op` names the caller in errors.
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
                                   at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
-                                  int64_t ignore_index, double label_smoothing);
+                                  int64_t ignore_index, double label_smoothing, const char* op);
 
 // cross_entropy_backward into a given (N, C) buffer of the logits' dtype,
 // which may be the logits themselves when they are contiguous (in place).

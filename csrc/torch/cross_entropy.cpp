@@ -1,11 +1,13 @@
 // cross_entropy: argument checks and outputs; the CPU and CUDA backends do
 // the rest.
-#include "common.h"
-#include "kernels.h"
-#include "dispatch.h"
-#include "ops.h"
+#include <c10/core/DeviceGuard.h>
 
 #include <limits>
+
+#include "common.h"
+#include "dispatch.h"
+#include "kernels.h"
+#include "ops.h"
 
 namespace fastreduce {
 namespace {
@@ -18,7 +20,7 @@ int reduction_code(c10::string_view reduction, const char* op) {
               "'; expected 'none', 'mean' or 'sum'");
 }
 
-CrossEntropyArgs check_problem(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+CrossEntropyShape check_problem(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
                                int64_t ignore_index, double label_smoothing, const char* op) {
   const auto type = input.scalar_type();
   TORCH_CHECK(type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16, op,
@@ -32,7 +34,8 @@ CrossEntropyArgs check_problem(const at::Tensor& input, const at::Tensor& target
   TORCH_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,
               ": argument 'label_smoothing' must be in [0, 1]");
   TORCH_CHECK(input.size(1) > 0 || input.size(0) == 0, op, ": argument 'input' has no classes");
-  return {input.size(0), input.size(1), ignore_index, label_smoothing, reduction_code(reduction, op)};
+  return {to_dtype(type, op), input.size(0), input.size(1), ignore_index, label_smoothing,
+          reduction_code(reduction, op), op};
 }
 
 }  // namespace
@@ -40,11 +43,15 @@ CrossEntropyArgs check_problem(const at::Tensor& input, const at::Tensor& target
 std::tuple<at::Tensor, at::Tensor> backend::cross_entropy(const at::Tensor& input, const at::Tensor& target,
                                                           c10::string_view reduction, int64_t ignore_index,
                                                           double label_smoothing) {
-  const CrossEntropyArgs args = check_problem(input, target, reduction, ignore_index, label_smoothing, "cross_entropy");
+  const CrossEntropyShape shape =
+      check_problem(input, target, reduction, ignore_index, label_smoothing, "cross_entropy");
   const at::Tensor logits = input.contiguous(), targets = target.contiguous();
-  at::Tensor loss = args.reduction == 0 ? at::empty({args.rows}, input.options()) : at::empty({}, input.options());
-  at::Tensor lse = at::empty({args.rows}, input.options().dtype(acc_type(input)));
-  cross_entropy_forward_stub(input.device().type(), logits, targets, loss, lse, args);
+  at::Tensor loss = shape.reduction == 0 ? at::empty({shape.rows}, input.options()) : at::empty({}, input.options());
+  at::Tensor lse = at::empty({shape.rows}, input.options().dtype(acc_type(input)));
+  const c10::DeviceGuard guard(input.device());
+  cross_entropy_forward_stub(input.device().type(), shape,
+                             {logits.const_data_ptr(), targets.const_data_ptr<int64_t>(), loss.data_ptr(),
+                              lse.data_ptr()});
   return {loss, lse};
 }
 
@@ -53,10 +60,10 @@ void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optiona
                                  c10::string_view reduction, int64_t ignore_index, double label_smoothing,
                                  at::Tensor& grad_input) {
   const char* op = "cross_entropy_backward";
-  const CrossEntropyArgs args = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
-  TORCH_CHECK(grad_loss.numel() == (args.reduction == 0 ? args.rows : 1), op, ": argument 'grad_loss' has ",
+  const CrossEntropyShape shape = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
+  TORCH_CHECK(grad_loss.numel() == (shape.reduction == 0 ? shape.rows : 1), op, ": argument 'grad_loss' has ",
               to_text(grad_loss.numel()), " elements, expected one per row for reduction 'none', else one");
-  TORCH_CHECK(lse.numel() == args.rows, op, ": argument 'lse' needs one element per row");
+  TORCH_CHECK(lse.numel() == shape.rows, op, ": argument 'lse' needs one element per row");
   const bool has_grad_lse = grad_lse.has_value() && grad_lse->defined();
   check_same_device(grad_loss, input, op, "grad_loss", "input");
   check_same_device(lse, input, op, "lse", "input");
@@ -67,9 +74,12 @@ void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optiona
   TORCH_CHECK(grad_input.is_contiguous() && grad_input.sizes() == logits.sizes() &&
                   grad_input.scalar_type() == logits.scalar_type(),
               op, ": the gradient buffer must be contiguous, of the logits' shape and dtype");
-  const at::Tensor grad = grad_loss.to(input.scalar_type()).contiguous();
-  cross_entropy_backward_stub(input.device().type(), grad, acc_grad_lse, logits, target.contiguous(), acc_lse,
-                              grad_input, args);
+  const at::Tensor grad = grad_loss.to(input.scalar_type()).contiguous(), targets = target.contiguous();
+  const c10::DeviceGuard guard(input.device());
+  cross_entropy_backward_stub(input.device().type(), shape,
+                              {grad.const_data_ptr(), has_grad_lse ? acc_grad_lse.const_data_ptr() : nullptr,
+                               logits.const_data_ptr(), targets.const_data_ptr<int64_t>(), acc_lse.const_data_ptr(),
+                               grad_input.data_ptr()});
 }
 
 at::Tensor backend::cross_entropy_backward(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
@@ -111,25 +121,17 @@ at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& 
 
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
                                   at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
-                                  int64_t ignore_index, double label_smoothing) {
-  const CrossEntropyArgs args{logits.size(0), logits.size(1), ignore_index, label_smoothing, 0};
-  cross_entropy_with_grad_stub(logits.device().type(), logits, target, grad_scale, lse, row_loss, grad_input, args);
+                                  int64_t ignore_index, double label_smoothing, const char* op) {
+  const CrossEntropyShape shape{to_dtype(logits.scalar_type(), op), logits.size(0), logits.size(1), ignore_index,
+                                label_smoothing, 0, op};
+  const c10::DeviceGuard guard(logits.device());
+  cross_entropy_with_grad_stub(logits.device().type(), shape,
+                               {logits.const_data_ptr(), target.const_data_ptr<int64_t>(),
+                                grad_scale.defined() ? grad_scale.const_data_ptr() : nullptr, lse.data_ptr(),
+                                row_loss.data_ptr(), grad_input.data_ptr()});
 }
 
 namespace {
-
-// The CPU's cross_entropy_with_grad_stub: the loss, then its gradient, in
-// three passes.
-void cross_entropy_with_grad_cpu(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                                 at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
-                                 const CrossEntropyArgs& args) {
-  lse.copy_(std::get<1>(call_cross_entropy(logits, target, "none", args.ignore_index, args.label_smoothing)));
-  row_loss.copy_(cross_entropy_row_losses(logits, target, lse, args.ignore_index, args.label_smoothing));
-  cross_entropy_backward_into(at::ones({args.rows}, logits.options()), std::nullopt, logits, target, lse, "none",
-                              args.ignore_index, args.label_smoothing, grad_input);
-  // An infinite scale (mean over no kept rows) meets only ignored rows, whose gradient stays 0.
-  if (grad_scale.defined()) grad_input.mul_(at::where(at::isinf(grad_scale), 0.0, grad_scale));
-}
 
 // The CPU's scale_unless_one_stub: the host reads the factor (no device to
 // wait for).
@@ -139,7 +141,6 @@ void scale_unless_one_cpu(at::Tensor& data, const at::Tensor& factor) {
 
 }  // namespace
 
-FASTREDUCE_REGISTER_KERNEL(cross_entropy_with_grad_stub, CPU, cross_entropy_with_grad_cpu);
 FASTREDUCE_REGISTER_KERNEL(scale_unless_one_stub, CPU, scale_unless_one_cpu);
 
 namespace {
@@ -149,18 +150,18 @@ namespace {
 std::tuple<at::Tensor, at::Tensor> with_grad_into(const at::Tensor& input, const at::Tensor& target,
                                                   c10::string_view reduction, int64_t ignore_index,
                                                   double label_smoothing, at::Tensor& grad_input, const char* op) {
-  const CrossEntropyArgs args = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
-  TORCH_CHECK(args.reduction != 0, op, ": the gradient in the forward needs reduction 'mean' or 'sum'");
+  const CrossEntropyShape shape = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
+  TORCH_CHECK(shape.reduction != 0, op, ": the gradient in the forward needs reduction 'mean' or 'sum'");
   const at::Tensor targets = target.contiguous();
-  at::Tensor lse = at::empty({args.rows}, input.options().dtype(acc_type(input)));
-  at::Tensor row_loss = at::empty({args.rows}, lse.options());
+  at::Tensor lse = at::empty({shape.rows}, input.options().dtype(acc_type(input)));
+  at::Tensor row_loss = at::empty({shape.rows}, lse.options());
   // d loss / d row loss: 1 for sum, 1 / (rows kept) for mean (inf when none
   // is kept: the loss is then 0 / 0 = NaN and every row's gradient 0, as torch).
   const at::Tensor kept = (targets != ignore_index).sum().to(lse.scalar_type());
-  const at::Tensor scale = args.reduction == 1 ? kept.reciprocal() : at::Tensor();
-  if (args.rows > 0) cross_entropy_with_grad_rows(input, targets, scale, lse, row_loss, grad_input, ignore_index,
-                                                  label_smoothing);
-  at::Tensor loss = args.reduction == 1 ? row_loss.sum() / kept : row_loss.sum();
+  const at::Tensor scale = shape.reduction == 1 ? kept.reciprocal() : at::Tensor();
+  if (shape.rows > 0)
+    cross_entropy_with_grad_rows(input, targets, scale, lse, row_loss, grad_input, ignore_index, label_smoothing, op);
+  at::Tensor loss = shape.reduction == 1 ? row_loss.sum() / kept : row_loss.sum();
   return {loss.to(input.scalar_type()), lse};
 }
 

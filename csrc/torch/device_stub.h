@@ -21,12 +21,11 @@ class DeviceStub<R(Args...)> {
 
   constexpr explicit DeviceStub(const char* name) : name_(name) {}
 
-  template <typename... Given>
-  R operator()(c10::DeviceType device, Given&&... args) const {
+  R operator()(c10::DeviceType device, Args... args) const {
     const Fn fn = device == c10::DeviceType::CUDA ? cuda_ : device == c10::DeviceType::CPU ? cpu_ : nullptr;
     TORCH_CHECK(fn != nullptr, name_, ": no kernel for device type ", c10::DeviceTypeName(device),
                 device == c10::DeviceType::CUDA ? " (fastreduce was built without CUDA: FASTREDUCE_CUDA=0)" : "");
-    return fn(std::forward<Given>(args)...);
+    return fn(std::forward<Args>(args)...);
   }
 
   bool set(c10::DeviceType device, Fn fn) {

@@ -12,14 +12,11 @@ FASTREDUCE_DEFINE_STUB(norm_backward_stub, void(const NormShape&, const NormBack
 FASTREDUCE_DEFINE_STUB(normalize_rows_stub, void(const NormShape&, const NormApplyBuffers<>&));
 FASTREDUCE_DEFINE_STUB(softmax_forward_stub, void(const SoftmaxShape&, const SoftmaxForwardBuffers&));
 FASTREDUCE_DEFINE_STUB(softmax_backward_stub, void(const SoftmaxShape&, const SoftmaxBackwardBuffers&));
-FASTREDUCE_DEFINE_STUB(cross_entropy_forward_stub,
-                       void(const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&, const CrossEntropyArgs&));
+FASTREDUCE_DEFINE_STUB(cross_entropy_forward_stub, void(const CrossEntropyShape&, const CrossEntropyForwardBuffers&));
 FASTREDUCE_DEFINE_STUB(cross_entropy_backward_stub,
-                       void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, at::Tensor&, const CrossEntropyArgs&));
+                       void(const CrossEntropyShape&, const CrossEntropyBackwardBuffers&));
 FASTREDUCE_DEFINE_STUB(cross_entropy_with_grad_stub,
-                       void(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&,
-                            at::Tensor&, const CrossEntropyArgs&));
+                       void(const CrossEntropyShape&, const CrossEntropyWithGradBuffers&));
 FASTREDUCE_DEFINE_STUB(scale_unless_one_stub, void(at::Tensor&, const at::Tensor&));
 FASTREDUCE_DEFINE_STUB(ladder_stub, void(int, const at::Tensor&, at::Tensor&));
 FASTREDUCE_DEFINE_STUB(read_probe_stub, void(const at::Tensor&, at::Tensor&));

@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "../kernels/cross_entropy_buffers.h"
 #include "../kernels/norm_buffers.h"
 #include "../kernels/reduce_op.h"
 #include "../kernels/softmax_buffers.h"
@@ -38,28 +39,14 @@ FASTREDUCE_DECLARE_STUB(normalize_rows_stub, void(const NormShape& shape, const 
 FASTREDUCE_DECLARE_STUB(softmax_forward_stub, void(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io));
 FASTREDUCE_DECLARE_STUB(softmax_backward_stub, void(const SoftmaxShape& shape, const SoftmaxBackwardBuffers& io));
 
-// Cross-entropy over contiguous (rows, classes) logits with int64 targets:
-// loss (rows elements for reduction none, else one) in the logits' dtype,
-// lse (rows) in the accumulator type. grad_lse may be undefined.
-struct CrossEntropyArgs {
-  int64_t rows, classes, ignore_index;
-  double label_smoothing;
-  int reduction;  // 0 none, 1 mean, 2 sum
-};
+// Cross-entropy over the buffers the op code prepared (shapes and buffers:
+// cross_entropy_buffers.h), on the current device (the caller sets it).
 FASTREDUCE_DECLARE_STUB(cross_entropy_forward_stub,
-                        void(const at::Tensor& logits, const at::Tensor& target, at::Tensor& loss, at::Tensor& lse,
-                             const CrossEntropyArgs& args));
+                        void(const CrossEntropyShape& shape, const CrossEntropyForwardBuffers& io));
 FASTREDUCE_DECLARE_STUB(cross_entropy_backward_stub,
-                        void(const at::Tensor& grad_loss, const at::Tensor& grad_lse, const at::Tensor& logits,
-                             const at::Tensor& target, const at::Tensor& lse, at::Tensor& grad_input,
-                             const CrossEntropyArgs& args));
-// lse and row losses (accumulator type, rows each) and the gradient of
-// grad_scale (a 0-d accumulator-type tensor, or undefined for 1) times their
-// sum, in one pass; grad_input may be the logits. The CPU takes three.
+                        void(const CrossEntropyShape& shape, const CrossEntropyBackwardBuffers& io));
 FASTREDUCE_DECLARE_STUB(cross_entropy_with_grad_stub,
-                        void(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                             at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
-                             const CrossEntropyArgs& args));
+                        void(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io));
 // data (contiguous) *= factor (0-d, data's accumulator type, same device)
 // unless the factor is 1; no host synchronisation on CUDA.
 FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(at::Tensor& data, const at::Tensor& factor));
