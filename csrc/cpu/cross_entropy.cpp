@@ -59,6 +59,25 @@ void check_class(int64_t t, int64_t classes, const char* op) {
               to_text(classes), ")");
 }
 
+// A kept row's loss from its log-sum-exp terms: (1 - eps) (lse - x[t]) +
+// eps (lse - mean x), each lse difference taken from the largest logit first.
+template <typename A>
+A row_loss_of(const A* row, int64_t classes, int64_t t, A top, A log_sum, A smoothing) {
+  const A smooth = smoothing == A(0) ? A(0) : smoothing * ((top - cpu::sum(row, classes) / classes) + log_sum);
+  return (A(1) - smoothing) * ((top - row[t]) + log_sum) + smooth;
+}
+
+// out = soft * exp(row - shift) - uniform over the row, vector by vector;
+// the caller subtracts the target's term.
+template <typename A>
+void write_gradient_row(const A* row, int64_t classes, A soft, A shift, A uniform, A* out) {
+  using V = Vec<A>;
+  const V s(soft), m(shift), u(uniform);
+  int64_t i = 0;
+  for (; i + V::size() <= classes; i += V::size()) (s * (V::loadu(row + i) - m).exp() - u).store(out + i);
+  if (i < classes) (s * (V::loadu(row + i, classes - i) - m).exp() - u).store(out + i, classes - i);
+}
+
 template <typename T>
 void forward_rows(const CrossEntropyShape& args, const CrossEntropyForwardBuffers& io) {
   using A = at::opmath_type<T>;
@@ -80,8 +99,7 @@ void forward_rows(const CrossEntropyShape& args, const CrossEntropyForwardBuffer
         continue;
       }
       check_class(t, classes, args.op);
-      const A smooth = smoothing == A(0) ? A(0) : smoothing * ((top - cpu::sum(row, classes) / classes) + log_sum);
-      row_loss[r] = (A(1) - smoothing) * ((top - row[t]) + log_sum) + smooth;
+      row_loss[r] = row_loss_of(row, classes, t, top, log_sum, smoothing);
     }
   });
   T* out = static_cast<T*>(io.loss);
@@ -97,7 +115,6 @@ void forward_rows(const CrossEntropyShape& args, const CrossEntropyForwardBuffer
 template <typename T>
 void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuffers& io) {
   using A = at::opmath_type<T>;
-  using V = Vec<A>;
   const T* xs = static_cast<const T*>(io.logits);
   const int64_t* targets = io.target;
   const A* lses = static_cast<const A*>(io.lse);
@@ -115,14 +132,10 @@ void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuff
       const int64_t t = targets[r];
       if (t != args.ignore_index) check_class(t, classes, args.op);
       const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
-      const V soft(g + (grad_lses ? grad_lses[r] : A(0)));
-      const V shift(gradient_shift(lses[r])), smooth(g * smoothing / static_cast<A>(classes));
       const A* row = cpu::widen(xs + r * classes, classes, buffer);
       A* out = std::is_same_v<T, A> ? reinterpret_cast<A*>(dxs + r * classes) : out_buffer.data();
-      int64_t i = 0;
-      for (; i + V::size() <= classes; i += V::size())
-        (soft * (V::loadu(row + i) - shift).exp() - smooth).store(out + i);
-      if (i < classes) (soft * (V::loadu(row + i, classes - i) - shift).exp() - smooth).store(out + i, classes - i);
+      write_gradient_row(row, classes, g + (grad_lses ? grad_lses[r] : A(0)), gradient_shift(lses[r]),
+                         g * smoothing / static_cast<A>(classes), out);
       if (t != args.ignore_index) out[t] -= g * (A(1) - smoothing);
       cpu::narrow(out, dxs + r * classes, classes);
     }
@@ -135,7 +148,6 @@ void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuff
 template <typename T>
 void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuffers& io) {
   using A = at::opmath_type<T>;
-  using V = Vec<A>;
   const T* xs = static_cast<const T*>(io.logits);
   const int64_t* targets = io.target;
   const A g = io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1);
@@ -157,15 +169,8 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
         std::fill(out, out + classes, A(0));
       } else {
         check_class(t, classes, args.op);
-        const A mean = smoothing == A(0) ? A(0) : cpu::sum(row, classes) / classes;
-        const A smooth = smoothing == A(0) ? A(0) : smoothing * ((top - mean) + log_sum);
-        losses[r] = (A(1) - smoothing) * ((top - row[t]) + log_sum) + smooth;
-        const V soft(g), shift(gradient_shift(lses[r])), uniform(g * smoothing / static_cast<A>(classes));
-        int64_t i = 0;
-        for (; i + V::size() <= classes; i += V::size())
-          (soft * (V::loadu(row + i) - shift).exp() - uniform).store(out + i);
-        if (i < classes)
-          (soft * (V::loadu(row + i, classes - i) - shift).exp() - uniform).store(out + i, classes - i);
+        losses[r] = row_loss_of(row, classes, t, top, log_sum, smoothing);
+        write_gradient_row(row, classes, g, gradient_shift(lses[r]), g * smoothing / static_cast<A>(classes), out);
         out[t] -= g * (A(1) - smoothing);
       }
       cpu::narrow(out, dxs + r * classes, classes);

@@ -32,6 +32,10 @@ void check_same_device(const at::Tensor& t, const at::Tensor& reference, const c
 // otherwise, with torch's message.
 int64_t wrap_dim(int64_t dim, int64_t ndim);
 
+// A tensor's data for the kernels' buffer structs: null where it is undefined (absent).
+inline const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
+inline void* mutable_or_null(at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
 // Maps the dtypes the kernels support; raises a RuntimeError naming `op` and
 // the dtype otherwise.
 DType to_dtype(at::ScalarType type, const char* op);

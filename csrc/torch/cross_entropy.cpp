@@ -77,7 +77,7 @@ void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optiona
   const at::Tensor grad = grad_loss.to(input.scalar_type()).contiguous(), targets = target.contiguous();
   const c10::DeviceGuard guard(input.device());
   cross_entropy_backward_stub(input.device().type(), shape,
-                              {grad.const_data_ptr(), has_grad_lse ? acc_grad_lse.const_data_ptr() : nullptr,
+                              {grad.const_data_ptr(), data_or_null(acc_grad_lse),
                                logits.const_data_ptr(), targets.const_data_ptr<int64_t>(), acc_lse.const_data_ptr(),
                                grad_input.data_ptr()});
 }
@@ -127,7 +127,7 @@ void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& ta
   const c10::DeviceGuard guard(logits.device());
   cross_entropy_with_grad_stub(logits.device().type(), shape,
                                {logits.const_data_ptr(), target.const_data_ptr<int64_t>(),
-                                grad_scale.defined() ? grad_scale.const_data_ptr() : nullptr, lse.data_ptr(),
+                                data_or_null(grad_scale), lse.data_ptr(),
                                 row_loss.data_ptr(), grad_input.data_ptr()});
 }
 

@@ -106,9 +106,6 @@ at::ScalarType returned_stats_type(const at::Tensor& input, bool widen) {
   return widen || input.is_cuda() ? acc_type(input) : input.scalar_type();
 }
 
-void* mutable_or_null(at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
-
 // A norm as an op names it: the name errors carry, and its kind.
 struct NormOp {
   const char* name;

@@ -71,9 +71,8 @@ at::Tensor backend::normalize_rows(const at::Tensor& input, const std::optional<
   if (x.is_cuda()) {
     const NormShape shape{to_dtype(x.scalar_type(), op), x.numel() / n, n,
                           centered ? NormKind::Layer : NormKind::Rms, op};
-    const NormApplyBuffers<> io{x.const_data_ptr(), centered ? mean_rows.const_data_ptr() : nullptr,
-                                rstd_rows.const_data_ptr(), w.defined() ? w.const_data_ptr() : nullptr,
-                                b.defined() ? b.const_data_ptr() : nullptr, y.data_ptr()};
+    const NormApplyBuffers<> io{x.const_data_ptr(),         data_or_null(mean_rows), rstd_rows.const_data_ptr(),
+                                data_or_null(w),            data_or_null(b),         y.data_ptr()};
     const c10::DeviceGuard guard(x.device());
     normalize_rows_stub(x.device().type(), shape, io);
     return y;
