@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Builds bench/micro/warp_rows.cu once per register budget and runs each.
-#   bash bench/micro/run.sh [budget ...]    default: none 48
+# Builds and runs the kernel probes on the GPU machine.
+#   bash bench/micro/run.sh [budget ...]     warp_rows.cu once per register budget (default: none 48)
+#   bash bench/micro/run.sh cross_entropy    cross_entropy_passes.cu
 set -euo pipefail
 cd "$(dirname "$0")"
+if [[ ${1:-} == cross_entropy ]]; then
+  nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o /tmp/cross_entropy_passes \
+    cross_entropy_passes.cu ../../csrc/launch/cross_entropy.cu
+  exec /tmp/cross_entropy_passes
+fi
 budgets=${*:-none 48}
 for r in $budgets; do
   flag=$([ "$r" = none ] && echo "" || echo "-maxrregcount=$r")

@@ -6,9 +6,10 @@
 // max, rescaled sum) per thread, and never writes probabilities; the
 // backward reads the row once more and writes the gradient
 //   dx = (g + g_lse) * softmax(x) - g * ((1 - eps) * [j == target] + eps / classes)
-// The forward_backward kernel does both in one block per row when the
-// gradient is known in the forward (the loss's own, scaled later).
-// One block per row: vocabulary rows are long (50k-256k), rows are many.
+// The forward and backward kernels run one block per row: vocabulary rows
+// are long (50k-256k), rows are many. The forward_backward kernel does both
+// when the gradient is known in the forward (the loss's own, scaled later),
+// its blocks looping over rows that they keep on chip between the two reads.
 #pragma once
 
 #include <limits>
@@ -21,6 +22,8 @@ namespace fastreduce {
 enum class LossReduction : int { None = 0, Mean = 1, Sum = 2 };
 
 constexpr int kCrossEntropyThreads = 256;
+// The with-gradient kernel's blocks, which loop over rows.
+constexpr int kCrossEntropyResidentThreads = 1024;
 
 template <typename T>
 struct CrossEntropyArgs {
@@ -164,29 +167,131 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   row_loss[row] = row_loss_of(a, x, state, a.target[row]);
 }
 
+// L2 priorities for the two reads of a row in the with-gradient kernel: the
+// first asks L2 to keep the row (evict_last), the second and the gradient's
+// writes go first (streaming), so the second read finds the row in L2 while
+// the other SMs stream theirs. Only 16-byte packs carry the hints.
+__device__ __forceinline__ uint64_t l2_keep_policy() {
+  uint64_t policy = 0;
+#if __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+template <typename P>
+__device__ __forceinline__ P load_keeping_in_l2(const P* p, uint64_t policy) {
+#if __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(P) == 16) {
+    uint4 v;
+    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(policy));
+    P out;
+    memcpy(&out, &v, sizeof(P));
+    return out;
+  }
+#endif
+  return *p;
+}
+
+template <typename P>
+__device__ __forceinline__ P load_streaming(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+    P out;
+    memcpy(&out, &v, sizeof(P));
+    return out;
+  }
+  return *p;
+}
+
+template <typename P>
+__device__ __forceinline__ void store_streaming(P* p, const P& value) {
+  if constexpr (sizeof(P) == 16) {
+    uint4 v;
+    memcpy(&v, &value, sizeof(P));
+    __stcs(reinterpret_cast<uint4*>(p), v);
+  } else {
+    *p = value;
+  }
+}
+
+// f(i, load(i)) for the calling thread's packs i in [first, end), a stride
+// of blockDim.x apart, kUnroll loads in flight before the first f.
+template <int kUnroll, typename Load, typename F>
+__device__ __forceinline__ void for_own_packs(int64_t first, int64_t end, Load&& load, F&& f) {
+  const int64_t stride = blockDim.x;
+  for (int64_t base = first; base < end; base += kUnroll * stride) {
+    decltype(load(base)) p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < end) p[u] = load(base + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < end) f(base + u * stride, p[u]);
+  }
+}
+
 // The forward and the gradient of grad_scale * (the summed row losses) in
-// one kernel (grad_scale null: 1): the row is read for its log-sum-exp,
-// then again (from L2: the block's own row, just read) for the gradient,
-// written over the logits when grad_input is the logits. Two passes over
-// memory instead of the three of a forward and a backward.
+// one kernel (grad_scale null: 1), written over the logits when grad_input
+// is the logits. Two passes over memory instead of a forward's and a
+// backward's three, when the second read of a row stays on chip: its first
+// `cached_packs` packs are copied to shared memory asynchronously (no
+// registers held while they fly), the rest read with the L2 priorities
+// above, and the launcher sizes the grid so that the rows in flight fit.
+// Blocks loop over rows; each thread reads back only the packs it cached, so
+// rows follow one another without a barrier.
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kCrossEntropyThreads)
+__global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ grad_scale,
                                           opmath_t<T>* __restrict__ lse, opmath_t<T>* __restrict__ row_loss,
-                                          T* grad_input) {
+                                          T* grad_input, int64_t cached_packs) {
   using A = opmath_t<T>;
-  const int64_t row = blockIdx.x;
-  const T* x = a.logits + row * a.classes;
-  const auto state = row_state<T, kVec>(x, a.classes);
-  const A lse_row = row_lse(state);
-  const int64_t t = a.target[row];
-  if (threadIdx.x == 0) {
-    lse[row] = lse_row;
-    row_loss[row] = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
+  using Pack = VecN<T, kVec>;
+  constexpr int kUnroll = sizeof(T) == 4 ? 4 : 2;  // as deep as 1024 threads allow without spilling
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  Pack* cache = reinterpret_cast<Pack*>(shared_bytes);
+  const uint64_t keep = l2_keep_policy();
+  const int64_t count = a.classes / kVec, stride = blockDim.x, tid = threadIdx.x;
+  const int64_t cached = sizeof(Pack) != 16 ? 0 : cached_packs < count ? cached_packs : count;
+  const int64_t tail_first = tid < cached ? tid + (cached - tid + stride - 1) / stride * stride : tid;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T* x = a.logits + row * a.classes;
+    const auto* packs = reinterpret_cast<const Pack*>(x);
+    LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
+    if constexpr (sizeof(Pack) == 16)
+      for (int64_t i = tid; i < cached; i += stride) copy16_async(cache + i, packs + i);
+    const auto absorb_pack = [&](int64_t, const Pack& p) { absorb(state, p); };
+    for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_keeping_in_l2(packs + i, keep); },
+                           absorb_pack);
+    wait_async_copies();
+    for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, absorb_pack);
+    state = block_merge(state);
+    const A lse_row = row_lse(state);
+    const int64_t t = a.target[row];
+    if (tid == 0) {
+      lse[row] = lse_row;
+      row_loss[row] = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
+    }
+    __syncthreads();
+    const A g = t == a.ignore_index ? A(0) : grad_scale ? *grad_scale : A(1);
+    // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
+    const A shift = isinf(lse_row) && lse_row > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse_row;
+    const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
+    auto* out = reinterpret_cast<Pack*>(grad_input + row * a.classes);
+    const auto write_gradient = [&](int64_t i, const Pack& p) {
+      Pack result;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const A prob = exp_shifted(static_cast<A>(p.elem[j]), shift);
+        result.elem[j] = static_cast<T>(g * prob - smooth - (i * kVec + j == t ? hit : A(0)));
+      }
+      store_streaming(out + i, result);
+    };
+    for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, write_gradient);
+    for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_streaming(packs + i); }, write_gradient);
   }
-  __syncthreads();
-  const A g = t == a.ignore_index ? A(0) : grad_scale ? *grad_scale : A(1);
-  write_row_gradient<kVec>(a, x, grad_input + row * a.classes, t, g, g, lse_row);
 }
 
 // reduction None: out[r] = row_loss[r] in T (any grid). Mean/Sum: one block

@@ -84,21 +84,47 @@ cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const CrossEn
 }
 
 cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io,
-                                           cudaStream_t stream) {
+                                           int sm_count, cudaStream_t stream) {
   if (shape.rows == 0) return cudaSuccess;
   const void *logits = io.logits, *grad_scale = io.grad_scale;
   const int64_t* target = io.target;
   void *lse = io.lse, *row_loss = io.row_loss, *grad_input = io.grad_input;
+  int device = 0, per_sm_bytes = 0, per_block_bytes = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (const cudaError_t err = cudaDeviceGetAttribute(&per_sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      err != cudaSuccess)
+    return err;
+  if (const cudaError_t err = cudaDeviceGetAttribute(&per_block_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      err != cudaSuccess)
+    return err;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target);
     return with_vec<T>(shape.classes, {logits, grad_input}, [&](auto vec) {
       constexpr int kVec = decltype(vec)::value;
-      cross_entropy_forward_backward_kernel<T, kVec>
-          <<<shape.rows, cross_entropy_threads(shape.classes / kVec), 0, stream>>>(
-              a, static_cast<const A*>(grad_scale), static_cast<A*>(lse), static_cast<A*>(row_loss),
-              static_cast<T*>(grad_input));
+      const auto kernel = cross_entropy_forward_backward_kernel<T, kVec>;
+      // Rows that fit twice per SM run in blocks of at most 512 threads, two
+      // or more per SM, each row wholly in shared memory. Longer rows run one
+      // block of 1024 threads per SM with as much of the row as fits (the
+      // rest stays in L2): more rows in flight would overflow L2. Rows that
+      // are not 16-byte packs are not cached.
+      const int64_t packs = shape.classes / kVec;
+      const int64_t row_bytes = sizeof(VecN<T, kVec>) == 16 ? packs * 16 : 0;
+      const int64_t slot = row_bytes + kStaticSharedBytes;
+      int threads = kCrossEntropyResidentThreads, per_sm = 1;
+      int64_t cached = std::min<int64_t>(row_bytes, per_block_bytes - kStaticSharedBytes) / 16;
+      if (2 * slot <= per_sm_bytes) {
+        threads = kWarpSize;
+        while (threads < kCrossEntropyResidentThreads / 2 && threads * int64_t(4) < packs) threads *= 2;
+        per_sm = int(std::min<int64_t>({per_sm_bytes / slot, 2048 / threads, 32}));
+        cached = row_bytes / 16;
+      }
+      const size_t shared = cached * 16;
+      if (const cudaError_t err = allow_shared_bytes(kernel, shared); err != cudaSuccess) return err;
+      const int64_t blocks = std::min<int64_t>(shape.rows, int64_t(sm_count) * per_sm);
+      kernel<<<blocks, threads, shared, stream>>>(a, static_cast<const A*>(grad_scale), static_cast<A*>(lse),
+                                                  static_cast<A*>(row_loss), static_cast<T*>(grad_input), cached);
       return cudaGetLastError();
     });
   });

@@ -21,8 +21,8 @@ cudaError_t cross_entropy_forward(const CrossEntropyShape& shape, const CrossEnt
                                   void* workspace, cudaStream_t stream);
 cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const CrossEntropyBackwardBuffers& io,
                                    void* workspace, cudaStream_t stream);
-// One kernel.
+// One kernel, its blocks looping over rows (sm_count: the device's).
 cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io,
-                                           cudaStream_t stream);
+                                           int sm_count, cudaStream_t stream);
 
 }  // namespace fastreduce

@@ -20,7 +20,7 @@ void cross_entropy_backward_cuda(const CrossEntropyShape& shape, const CrossEntr
 }
 
 void cross_entropy_with_grad_cuda(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io) {
-  check_cuda(cross_entropy_forward_backward(shape, io, current_stream()), shape.op);
+  check_cuda(cross_entropy_forward_backward(shape, io, sm_count(), current_stream()), shape.op);
 }
 
 void scale_unless_one_cuda(at::Tensor& data, const at::Tensor& factor) {

@@ -1,0 +1,188 @@
+// Times cross-entropy's loss with its gradient (the with-gradient kernel)
+// alone, over the launch shapes its launcher can pick (threads, blocks per
+// SM, bytes of the row kept in shared memory), against the separate forward
+// and backward kernels (three passes over the logits) and a copy of the
+// logits (the two passes' limit), L2 evicted before each call. Checks each
+// shape's lse and gradient against the separate kernels. Build and run on the
+// GPU machine: bash bench/micro/run.sh cross_entropy. NOTES.md keeps what it
+// showed.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../../csrc/kernels/cross_entropy_kernels.cuh"
+#include "../../csrc/launch/cross_entropy.h"
+
+using namespace fastreduce;
+
+#define CHECK(call)                                                             \
+  do {                                                                          \
+    cudaError_t err_ = (call);                                                  \
+    if (err_ != cudaSuccess) {                                                  \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
+      std::exit(1);                                                             \
+    }                                                                           \
+  } while (0)
+
+template <typename T>
+__global__ void fill_logits(T* data, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    data[i] = static_cast<T>(float(h % 20000) / 2500.0f - 4.0f);
+  }
+}
+
+__global__ void read_all(const float4* data, int64_t count, float* sink) {
+  float acc = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    acc += data[i].x;
+  if (acc == 1234.5f) *sink = acc;
+}
+
+__global__ void copy_all(const float4* in, float4* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = in[i];
+}
+
+template <typename T>
+__global__ void max_difference(const T* a, const T* b, int64_t n, float* out) {
+  float worst = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    worst = fmaxf(worst, fabsf(static_cast<float>(a[i]) - static_cast<float>(b[i])));
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(worst));
+}
+
+struct Timer {
+  float4* flush;
+  float* sink;
+  int64_t flush_count = (256ll << 20) / 16;
+  Timer() {
+    CHECK(cudaMalloc(&flush, flush_count * 16));
+    CHECK(cudaMemset(flush, 0, flush_count * 16));
+    CHECK(cudaMalloc(&sink, 4));
+  }
+  template <typename F>
+  float median_us(F&& f, int reps = 15) {
+    f();
+    std::vector<float> times;
+    cudaEvent_t begin, end;
+    CHECK(cudaEventCreate(&begin));
+    CHECK(cudaEventCreate(&end));
+    for (int r = 0; r < reps; ++r) {
+      read_all<<<132 * 8, 512>>>(flush, flush_count, sink);
+      CHECK(cudaEventRecord(begin));
+      f();
+      CHECK(cudaEventRecord(end));
+      CHECK(cudaEventSynchronize(end));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, begin, end));
+      times.push_back(ms * 1e3f);
+    }
+    CHECK(cudaGetLastError());
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+};
+
+template <typename T>
+void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, int sms) {
+  using A = opmath_t<T>;
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t n = rows * classes;
+  const double bytes = double(n) * sizeof(T);
+  T *logits, *grad, *reference;
+  int64_t* target;
+  A *lse, *lse_ref, *row_loss, *one;
+  float* worst;
+  CHECK(cudaMalloc(&logits, n * sizeof(T)));
+  CHECK(cudaMalloc(&grad, n * sizeof(T)));
+  CHECK(cudaMalloc(&reference, n * sizeof(T)));
+  CHECK(cudaMalloc(&target, rows * 8));
+  CHECK(cudaMalloc(&lse, rows * sizeof(A)));
+  CHECK(cudaMalloc(&lse_ref, rows * sizeof(A)));
+  CHECK(cudaMalloc(&row_loss, rows * sizeof(A)));
+  CHECK(cudaMalloc(&one, sizeof(A)));
+  CHECK(cudaMalloc(&worst, 4));
+  fill_logits<<<1024, 256>>>(logits, n, 7u);
+  std::vector<int64_t> host_target(rows);
+  for (int64_t r = 0; r < rows; ++r) host_target[r] = (r * 7919) % classes;
+  host_target[0] = -100;
+  CHECK(cudaMemcpy(target, host_target.data(), rows * 8, cudaMemcpyHostToDevice));
+  const A host_one = 1;
+  CHECK(cudaMemcpy(one, &host_one, sizeof(A), cudaMemcpyHostToDevice));
+  const CrossEntropyArgs<T> a{logits, target, rows, classes, -100, A(0)};
+
+  std::printf("\n### %s (%lld, %lld): %.0f MiB of logits\n\n", name, (long long)rows, (long long)classes,
+              bytes / (1 << 20));
+  std::printf("| kernel | threads | blocks/SM | cached KiB | µs | GB/s (2 passes) | max |grad diff| |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  const float copy = timer.median_us([&] {
+    copy_all<<<sms * 4, 512>>>(reinterpret_cast<const float4*>(logits), reinterpret_cast<float4*>(grad),
+                               int64_t(bytes / 16));
+  });
+  std::printf("| copy (the limit) | 512 | 4 | 0 | %.1f | %.0f | |\n", copy, 2 * bytes / copy / 1e3);
+  const float three = timer.median_us([&] {
+    cross_entropy_forward_kernel<T, kVec><<<rows, kCrossEntropyThreads>>>(a, lse_ref, row_loss);
+    cross_entropy_backward_kernel<T, kVec><<<rows, kCrossEntropyThreads>>>(a, nullptr, one, nullptr, lse_ref, reference);
+  });
+  std::printf("| forward + backward | 256 | rows | 0 | %.1f | %.0f | 0 |\n", three, 2 * bytes / three / 1e3);
+
+  const CrossEntropyShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, classes, -100, 0.0, 1,
+                                "cross_entropy"};
+  const CrossEntropyWithGradBuffers io{logits, target, nullptr, lse, row_loss, grad};
+  const float chosen = timer.median_us([&] { CHECK(cross_entropy_forward_backward(shape, io, sms, 0)); });
+  CHECK(cudaMemset(worst, 0, 4));
+  max_difference<<<1024, 256>>>(grad, reference, n, worst);
+  max_difference<<<1, 256>>>(lse, lse_ref, rows, worst);
+  float chosen_worst = 0;
+  CHECK(cudaMemcpy(&chosen_worst, worst, 4, cudaMemcpyDeviceToHost));
+  std::printf("| with gradient, the launcher's choice | | | | %.1f | %.0f | %.3g |\n", chosen, 2 * bytes / chosen / 1e3,
+              chosen_worst);
+
+  auto kernel = cross_entropy_forward_backward_kernel<T, kVec>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  struct Config {
+    int threads, per_sm, cached_kib;
+  };
+  const Config configs[] = {{256, 0, 0}, {512, 2, 0}, {512, 2, 100}, {384, 3, 70}, {1024, 1, 0}, {1024, 1, 200}};
+  for (const Config& c : configs) {
+    const int64_t blocks = c.per_sm == 0 ? rows : std::min<int64_t>(rows, int64_t(sms) * c.per_sm);
+    const int64_t cached = std::min<int64_t>(c.cached_kib * 1024 / 16, classes / kVec);
+    const size_t shared = cached * 16;
+    const float us = timer.median_us([&] {
+      kernel<<<blocks, c.threads, shared>>>(a, nullptr, lse, row_loss, grad, cached);
+    });
+    CHECK(cudaMemset(worst, 0, 4));
+    max_difference<<<1024, 256>>>(grad, reference, n, worst);
+    max_difference<<<1, 256>>>(lse, lse_ref, rows, worst);
+    float host_worst = 0;
+    CHECK(cudaMemcpy(&host_worst, worst, 4, cudaMemcpyDeviceToHost));
+    std::printf("| with gradient | %d | %s | %lld | %.1f | %.0f | %.3g |\n", c.threads,
+                c.per_sm == 0 ? "rows" : std::to_string(c.per_sm).c_str(), (long long)(shared / 1024), us,
+                2 * bytes / us / 1e3, host_worst);
+  }
+  for (void* p : {(void*)logits, (void*)grad, (void*)reference, (void*)target, (void*)lse, (void*)lse_ref,
+                  (void*)row_loss, (void*)one, (void*)worst})
+    CHECK(cudaFree(p));
+}
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  Timer timer;
+  run_shape<__nv_bfloat16>(timer, 4096, 128256, "bfloat16", sms);
+  run_shape<__nv_bfloat16>(timer, 8192, 50304, "bfloat16", sms);
+  run_shape<__nv_bfloat16>(timer, 1024, 262144, "bfloat16", sms);
+  run_shape<__nv_bfloat16>(timer, 8192, 32000, "bfloat16", sms);
+  run_shape<__nv_bfloat16>(timer, 4096, 151936, "bfloat16", sms);
+  run_shape<float>(timer, 4096, 128256, "float32", sms);
+  run_shape<float>(timer, 8192, 50304, "float32", sms);
+  return 0;
+}
