@@ -139,11 +139,15 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
   }
 }
 
-// ---- The row in registers. The weight and bias packs are loaded with the x
-// packs, so the output pass only computes and stores (faster than reading
-// them after the statistics or staging them in shared memory).
+// ---- The row in registers. Warp rows load the weight and bias packs with
+// the x packs, so the output pass only computes and stores (faster than
+// reading them after the statistics or staging them in shared memory).
+// Block rows (wide) read them in the output pass instead, from L1 or L2
+// (every row shares them): the registers saved let twice the rows be in
+// flight per SM, which takes wide rows to the copy rate.
 template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCentered>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lanes_kernel(NormForwardArgs<T> a) {
+  constexpr bool kLateParams = !kWarpRows;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   const RowThreads<kWarpRows> threads(a.rows);
@@ -163,10 +167,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
       if (threads.group(p) < groups) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
     }
   }
-  if (a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+  if (!kLateParams && a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
   // rms_norm has no bias: without kCentered the shift packs are never
   // loaded, which frees their registers.
-  if (kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
+  if (!kLateParams && kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
   A mean = 0;
   if constexpr (kCentered) {
     A sum = 0;  // the zero packs past the end add nothing
@@ -190,6 +194,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     if (threads.group(p) >= groups) continue;
+    if constexpr (kLateParams) {
+      if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+      if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+    }
     Pack result;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
