@@ -64,10 +64,11 @@ float median_us(F&& launch, const float4* flush, int64_t flush_count, float* sin
   return times[times.size() / 2];
 }
 
-template <typename T, bool kCentered>
+template <typename T, typename Math>
 void run(int64_t rows, int64_t n, const char* dtype, float4* flush, int64_t flush_count, float* sink) {
   using A = opmath_t<T>;
   constexpr int kVec = 16 / sizeof(T);
+  constexpr bool kCentered = Math::kCentered;
   T *x, *y, *w, *b;
   A *mean, *rstd;
   CHECK(cudaMalloc(&x, rows * n * sizeof(T)));
@@ -92,8 +93,8 @@ void run(int64_t rows, int64_t n, const char* dtype, float4* flush, int64_t flus
     if (threads > kRowThreadsMax) return -1.0f;  // beyond the kernel's launch bound
     return median_us([&] { kernel<<<rows, threads>>>(a); }, flush, flush_count, sink);
   };
-  const float four = time(norm_forward_lanes_kernel<T, 4, kVec, false, kCentered>, 4);
-  const float two = time(norm_forward_lanes_kernel<T, 2, kVec, false, kCentered>, 2);
+  const float four = time(norm_forward_lanes_kernel<T, 4, kVec, false, Math>, 4);
+  const float two = time(norm_forward_lanes_kernel<T, 2, kVec, false, Math>, 2);
   std::printf("| %s | %s | (%lld, %lld) | %.1f | %.1f | %.1f |\n", kCentered ? "layer_norm" : "rms_norm", dtype,
               (long long)rows, (long long)n, copy, four, two);
   for (void* p : {(void*)x, (void*)y, (void*)w, (void*)b, (void*)mean, (void*)rstd}) CHECK(cudaFree(p));
@@ -109,11 +110,11 @@ int main() {
   std::printf("| norm | dtype | shape | copy µs | 4 packs a thread µs | 2 packs µs |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 4096}, {4096, 8192}, {2048, 16384}}) {
-    run<__nv_bfloat16, true>(rows, n, "bfloat16", flush, flush_count, sink);
-    run<__nv_bfloat16, false>(rows, n, "bfloat16", flush, flush_count, sink);
+    run<__nv_bfloat16, LayerNormMath>(rows, n, "bfloat16", flush, flush_count, sink);
+    run<__nv_bfloat16, RmsNormMath>(rows, n, "bfloat16", flush, flush_count, sink);
     if (n <= 8192) {
-      run<float, true>(rows, n, "float32", flush, flush_count, sink);
-      run<float, false>(rows, n, "float32", flush, flush_count, sink);
+      run<float, LayerNormMath>(rows, n, "float32", flush, flush_count, sink);
+      run<float, RmsNormMath>(rows, n, "float32", flush, flush_count, sink);
     }
   }
   return 0;

@@ -24,6 +24,22 @@ struct NormShape {
   bool centered() const { return kind == NormKind::Layer; }
 };
 
+// Each variant's math as the kernels see it (their `Math` parameter); a new
+// variant is a NormKind, a policy here and its case in with_norm_math.
+struct LayerNormMath {
+  static constexpr bool kCentered = true;  // subtract the row mean; a bias
+};
+struct RmsNormMath {
+  static constexpr bool kCentered = false;  // the mean taken as 0; no bias
+};
+
+// f(the policy of `kind`): where a NormKind meets its math, once.
+template <typename F>
+decltype(auto) with_norm_math(NormKind kind, F&& f) {
+  if (kind == NormKind::Layer) return f(LayerNormMath{});
+  return f(RmsNormMath{});
+}
+
 // Null pointers are absent. With `residual`, the rows normalised are
 // h = x + residual, rounded to T as torch's add would, and h is written to
 // `residual_out`. Statistics: `rows` each, in the accumulator type; mean for

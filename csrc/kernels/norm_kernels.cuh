@@ -1,8 +1,9 @@
 // layer_norm and rms_norm, forward and backward, optionally fused with the
 // pre-norm residual add, in the three row shapes of row_io.cuh. One set of
-// kernels serves both norms: kCentered subtracts the row mean (layer_norm);
-// without it the mean is taken as 0 and there is no bias (rms_norm), which
-// is the same arithmetic minus the mean terms:
+// kernels serves both norms, told apart by their Math policy (norm_buffers.h):
+// kCentered subtracts the row mean (layer_norm); without it the mean is taken
+// as 0 and there is no bias (rms_norm), which is the same arithmetic minus
+// the mean terms:
 //   forward   xhat = (x - mean) * rstd, rstd = 1 / sqrt(mean((x - mean)^2) + eps)
 //   backward  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight
 #pragma once
@@ -42,8 +43,9 @@ __device__ __forceinline__ A row_mean(const A* mean, int64_t row) {
 // ---- One block per row (long or unaligned rows); the launcher adds any
 // residual in a separate pass first.
 
-template <typename T, bool kCentered>
+template <typename T, typename Math>
 __global__ void norm_forward_block_kernel(NormForwardArgs<T> a, bool cached) {
+  constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   __shared__ A scratch[kWarpSize];
   const int64_t n = a.n, offset = blockIdx.x * n;
@@ -81,8 +83,9 @@ __global__ void add_residual_kernel(const T* __restrict__ x, const T* __restrict
     h[i] = static_cast<T>(static_cast<A>(x[i]) + static_cast<A>(residual[i]));
 }
 
-template <typename T, bool kCentered>
+template <typename T, typename Math>
 __global__ void norm_backward_block_kernel(NormBackwardArgs<T> a, bool cached) {
+  constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   __shared__ A scratch[kWarpSize];
   const int64_t n = a.n, offset = blockIdx.x * n;
@@ -109,9 +112,10 @@ __global__ void norm_backward_block_kernel(NormBackwardArgs<T> a, bool cached) {
 // rows of dy * xhat (and of dy). Stage two is a column reduction of the
 // partials (fixed order: deterministic).
 constexpr int kGradTile = 32, kGradLanes = 8;
-template <typename T, bool kCentered>
+template <typename T, typename Math>
 __global__ void __launch_bounds__(kGradTile* kGradLanes)
     norm_backward_params_kernel(NormBackwardArgs<T> a, int64_t rows_per_chunk) {
+  constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   __shared__ A tile_w[kGradLanes][kGradTile + 1], tile_b[kGradLanes][kGradTile + 1];
   const int tx = threadIdx.x % kGradTile, ty = threadIdx.x / kGradTile;
@@ -145,8 +149,9 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 // Block rows (wide) read them in the output pass instead, from L1 or L2
 // (every row shares them): the registers saved let twice the rows be in
 // flight per SM, which takes wide rows to the copy rate.
-template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCentered>
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lanes_kernel(NormForwardArgs<T> a) {
+  constexpr bool kCentered = Math::kCentered;
   constexpr bool kLateParams = !kWarpRows;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
@@ -221,8 +226,9 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
 // partial_w/partial_b[blockIdx.x] (warps: their slots folded in warp order,
 // so the sums are bitwise reproducible): x and dy are read once for all
 // three gradients, with no atomics. A fold of the partial rows follows.
-template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCentered>
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lanes_kernel(NormBackwardArgs<T> a) {
+  constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   using Sums = VecN<A, kVec>;
@@ -349,9 +355,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
 
 // ---- Short rows staged in shared memory, one warp each (no residual: the
 // launcher takes fused adds to the register kernel).
-template <typename T, int kVec, bool kCentered>
+template <typename T, int kVec, typename Math>
 __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks<T>)
     norm_forward_staged_kernel(NormForwardArgs<T> a) {
+  constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   const int64_t row = warp_row(a.rows);
   if (row < 0) return;

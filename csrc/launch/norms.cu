@@ -91,20 +91,20 @@ cudaError_t add_residual_first(NormForwardArgs<T>& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <typename T, bool kCentered>
+template <typename T, typename Math>
 cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   using A = opmath_t<T>;
   const int64_t n = a.n;
   auto block_rows = [&] {
     if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
-    return launch_block_rows(norm_forward_block_kernel<T, kCentered>, 1, sizeof(A), a.rows, n, stream,
+    return launch_block_rows(norm_forward_block_kernel<T, Math>, 1, sizeof(A), a.rows, n, stream,
                              std::make_tuple(a));
   };
   if (n > kWarpRowMax)
     return launch_block_lanes<T>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
         [](auto packs, auto vec) {
-          return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, kCentered>;
+          return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>;
         },
         std::make_tuple(a), block_rows);
   // Float rows in registers: about 93 registers at width 768, so four-warp
@@ -116,17 +116,17 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;
-      return launch_warp_rows(norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, kCentered>,
+      return launch_warp_rows(norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math>,
                               a.rows, stream, std::make_tuple(a), 4);
     });
   if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
   return with_vec<T>(n, {a.x, a.y, a.weight, a.bias}, [&](auto vec) {
-    return launch_staged_rows(norm_forward_staged_kernel<T, decltype(vec)::value, kCentered>, a.rows, n, sizeof(T),
+    return launch_staged_rows(norm_forward_staged_kernel<T, decltype(vec)::value, Math>, a.rows, n, sizeof(T),
                               stream, std::make_tuple(a));
   });
 }
 
-template <typename T, bool kCentered>
+template <typename T, typename Math>
 cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad dbias, void* workspace, int sm_count,
                           cudaStream_t stream) {
   using A = opmath_t<T>;
@@ -155,18 +155,18 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   if (n <= kWarpRowMax) {
     err = with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;
-      return launch(norm_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, kCentered>,
+      return launch(norm_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math>,
                     fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
   } else {
     err = with_block_lanes<T>(
         n, buffers,
         [&](auto packs, auto vec, int threads) {
-          return launch(norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, kCentered>,
+          return launch(norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>,
                         fused ? plan.chunks : rows, threads);
         },
         [&] {
-          return launch_block_rows(norm_backward_block_kernel<T, kCentered>, 2, sizeof(A), rows, n, stream,
+          return launch_block_rows(norm_backward_block_kernel<T, Math>, 2, sizeof(A), rows, n, stream,
                                    std::make_tuple(a));
         });
   }
@@ -176,7 +176,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
     NormBackwardArgs<T> sums = a;
     sums.partial_w = partial_w;
     sums.partial_b = partial_b;
-    norm_backward_params_kernel<T, kCentered>
+    norm_backward_params_kernel<T, Math>
         <<<dim3(ceil_div(n, kGradTile), plan.chunks), kGradTile * kGradLanes, 0, stream>>>(sums, plan.rows_per_chunk);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
@@ -199,7 +199,7 @@ cudaError_t norm_forward(const NormShape& shape, const NormForwardBuffers<>& io,
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const NormForwardArgs<T> a{typed<T, A>(io), shape.rows, shape.n, static_cast<A>(eps)};
-    return shape.centered() ? forward_rows<T, true>(a, stream) : forward_rows<T, false>(a, stream);
+    return with_norm_math(shape.kind, [&](auto math) { return forward_rows<T, decltype(math)>(a, stream); });
   });
 }
 
@@ -246,8 +246,9 @@ cudaError_t norm_backward(const NormShape& shape, const NormBackwardBuffers<>& i
     constexpr bool kNarrower = sizeof(T) < sizeof(A);
     const ParamGrad dweight{grads.dweight, kNarrower && grads.dweight_in_input_type};
     const ParamGrad dbias{grads.dbias, kNarrower && grads.dbias_in_input_type};
-    return shape.centered() ? backward_rows<T, true>(a, dweight, dbias, workspace, sm_count, stream)
-                            : backward_rows<T, false>(a, dweight, dbias, workspace, sm_count, stream);
+    return with_norm_math(shape.kind, [&](auto math) {
+      return backward_rows<T, decltype(math)>(a, dweight, dbias, workspace, sm_count, stream);
+    });
   });
 }
 
