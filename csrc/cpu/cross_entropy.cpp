@@ -142,15 +142,22 @@ void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuff
   });
 }
 
-// The gradient of grad_scale times the summed row losses, with the lse and
-// the row losses (the accumulator type), a row at a time: the row is widened
-// once and read from that buffer for all three. grad_input may be the logits.
+// The gradient of grad_scale times the summed (or, for a mean, averaged)
+// row losses, with the lse and the row losses (the accumulator type), a row
+// at a time: the row is widened once and read from that buffer for all
+// three. grad_input may be the logits.
 template <typename T>
 void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuffers& io) {
   using A = at::opmath_type<T>;
   const T* xs = static_cast<const T*>(io.logits);
   const int64_t* targets = io.target;
-  const A g = io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1);
+  A g = io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1);
+  if (args.reduction == 1) {
+    const A kept = static_cast<A>(std::count_if(targets, targets + args.rows,
+                                                [&](int64_t t) { return t != args.ignore_index; }));
+    *static_cast<A*>(io.kept) = kept;
+    g /= kept;  // inf when no row is kept: then every row's gradient is 0
+  }
   A* lses = static_cast<A*>(io.lse);
   A* losses = static_cast<A*>(io.row_loss);
   T* dxs = static_cast<T*>(io.grad_input);

@@ -38,7 +38,9 @@ struct CrossEntropyBackwardBuffers {
 
 // The forward's lse and row losses (no reduction) and the gradient of
 // *grad_scale times the summed row losses (grad_scale null: 1) in one pass;
-// grad_input may be the logits (in place).
+// grad_input may be the logits (in place). With the shape's reduction mean
+// the gradient is of their mean over the rows not ignored, which are counted
+// on the way and written to *kept (accumulator type).
 struct CrossEntropyWithGradBuffers {
   const void* logits;
   const int64_t* target;
@@ -46,6 +48,7 @@ struct CrossEntropyWithGradBuffers {
   void* lse;
   void* row_loss;
   void* grad_input;
+  void* kept;
 };
 
 }  // namespace fastreduce

@@ -241,12 +241,14 @@ __device__ __forceinline__ void for_own_packs(int64_t first, int64_t end, Load&&
 // registers held while they fly), the rest read with the L2 priorities
 // above, and the launcher sizes the grid so that the rows in flight fit.
 // Blocks loop over rows; each thread reads back only the packs it cached, so
-// rows follow one another without a barrier.
+// rows follow one another without a barrier. With `kept` (a mean), every
+// block first counts the rows not ignored and divides the gradient by it,
+// and block 0 writes the count: no launches before this one.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ grad_scale,
                                           opmath_t<T>* __restrict__ lse, opmath_t<T>* __restrict__ row_loss,
-                                          T* grad_input, int64_t cached_packs) {
+                                          T* grad_input, opmath_t<T>* __restrict__ kept, int64_t cached_packs) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   constexpr int kUnroll = sizeof(T) == 4 ? 4 : 2;  // as deep as 1024 threads allow without spilling
@@ -256,6 +258,15 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   const int64_t count = a.classes / kVec, stride = blockDim.x, tid = threadIdx.x;
   const int64_t cached = sizeof(Pack) != 16 ? 0 : cached_packs < count ? cached_packs : count;
   const int64_t tail_first = tid < cached ? tid + (cached - tid + stride - 1) / stride * stride : tid;
+  A row_scale = grad_scale ? *grad_scale : A(1);
+  if (kept) {
+    __shared__ A scratch[kWarpSize];
+    A count = 0;
+    for (int64_t r = tid; r < a.rows; r += stride) count += a.target[r] != a.ignore_index;
+    count = block_allreduce<SumOp<A>>(count, scratch);
+    if (blockIdx.x == 0 && tid == 0) *kept = count;
+    row_scale /= count;  // inf when no row is kept: then every row's is 0
+  }
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = a.logits + row * a.classes;
     const auto* packs = reinterpret_cast<const Pack*>(x);
@@ -275,7 +286,7 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
       row_loss[row] = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
     }
     __syncthreads();
-    const A g = t == a.ignore_index ? A(0) : grad_scale ? *grad_scale : A(1);
+    const A g = t == a.ignore_index ? A(0) : row_scale;
     // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
     const A shift = isinf(lse_row) && lse_row > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse_row;
     const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);

@@ -89,6 +89,7 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
   const void *logits = io.logits, *grad_scale = io.grad_scale;
   const int64_t* target = io.target;
   void *lse = io.lse, *row_loss = io.row_loss, *grad_input = io.grad_input;
+  void* kept = static_cast<LossReduction>(shape.reduction) == LossReduction::Mean ? io.kept : nullptr;
   int device = 0, per_sm_bytes = 0, per_block_bytes = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
   if (const cudaError_t err = cudaDeviceGetAttribute(&per_sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
@@ -124,7 +125,8 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       if (const cudaError_t err = allow_shared_bytes(kernel, shared); err != cudaSuccess) return err;
       const int64_t blocks = std::min<int64_t>(shape.rows, int64_t(sm_count) * per_sm);
       kernel<<<blocks, threads, shared, stream>>>(a, static_cast<const A*>(grad_scale), static_cast<A*>(lse),
-                                                  static_cast<A*>(row_loss), static_cast<T*>(grad_input), cached);
+                                                  static_cast<A*>(row_loss), static_cast<T*>(grad_input), static_cast<A*>(kept),
+                                                  cached);
       return cudaGetLastError();
     });
   });

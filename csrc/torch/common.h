@@ -45,9 +45,12 @@ DType to_dtype(at::ScalarType type, const char* op);
 at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
                                     int64_t ignore_index, double label_smoothing);
 // cross_entropy_with_grad_stub on the logits' device; target contiguous;
-// `op` names the caller in errors.
+// `op` names the caller in errors. The gradient is of grad_scale (undefined:
+// 1) times the summed row losses, or, given `kept` (a 0-d tensor of the
+// accumulator type), of their mean over the rows not ignored, whose count is
+// written to `kept`.
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
+                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input, at::Tensor& kept,
                                   int64_t ignore_index, double label_smoothing, const char* op);
 
 // cross_entropy_backward into a given (N, C) buffer of the logits' dtype,

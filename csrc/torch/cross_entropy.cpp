@@ -120,15 +120,16 @@ at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& 
 }
 
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input,
+                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input, at::Tensor& kept,
                                   int64_t ignore_index, double label_smoothing, const char* op) {
+  const int reduction = kept.defined() ? 1 : 2;
   const CrossEntropyShape shape{to_dtype(logits.scalar_type(), op), logits.size(0), logits.size(1), ignore_index,
-                                label_smoothing, 0, op};
+                                label_smoothing, reduction, op};
   const c10::DeviceGuard guard(logits.device());
   cross_entropy_with_grad_stub(logits.device().type(), shape,
                                {logits.const_data_ptr(), target.const_data_ptr<int64_t>(),
                                 data_or_null(grad_scale), lse.data_ptr(),
-                                row_loss.data_ptr(), grad_input.data_ptr()});
+                                row_loss.data_ptr(), grad_input.data_ptr(), mutable_or_null(kept)});
 }
 
 namespace {
@@ -155,13 +156,14 @@ std::tuple<at::Tensor, at::Tensor> with_grad_into(const at::Tensor& input, const
   const at::Tensor targets = target.contiguous();
   at::Tensor lse = at::empty({shape.rows}, input.options().dtype(acc_type(input)));
   at::Tensor row_loss = at::empty({shape.rows}, lse.options());
-  // d loss / d row loss: 1 for sum, 1 / (rows kept) for mean (inf when none
-  // is kept: the loss is then 0 / 0 = NaN and every row's gradient 0, as torch).
-  const at::Tensor kept = (targets != ignore_index).sum().to(lse.scalar_type());
-  const at::Tensor scale = shape.reduction == 1 ? kept.reciprocal() : at::Tensor();
+  // The mean's divisor, counted by the kernel (so nothing is launched before
+  // it); no rows, none kept: the loss is 0 / 0 = NaN, as torch.
+  const bool mean = shape.reduction == 1;
+  at::Tensor kept = !mean ? at::Tensor() : shape.rows > 0 ? at::empty({}, lse.options()) : at::zeros({}, lse.options());
   if (shape.rows > 0)
-    cross_entropy_with_grad_rows(input, targets, scale, lse, row_loss, grad_input, ignore_index, label_smoothing, op);
-  at::Tensor loss = shape.reduction == 1 ? row_loss.sum() / kept : row_loss.sum();
+    cross_entropy_with_grad_rows(input, targets, at::Tensor(), lse, row_loss, grad_input, kept, ignore_index,
+                                 label_smoothing, op);
+  at::Tensor loss = mean ? row_loss.sum() / kept : row_loss.sum();
   return {loss.to(input.scalar_type()), lse};
 }
 
