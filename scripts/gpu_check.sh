@@ -4,21 +4,21 @@
 # $OUT (at most 8 files come back).
 #   bash scripts/gpu_check.sh [step ...]
 # Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
-# micro reduce family ladder norms rows peers; default: all but the two sanitizer steps.
+# micro reduce statistics ladder gpt2_rows llm_rows peers; default: all but the two sanitizer steps.
 # Benches write to build/bench-results; after any benchmark step they are
 # published into docs/results (scripts/update_readme.py) and results.tgz.
 # The build here is for sm_90 only (the H100/H200), to save minutes; CI
 # builds the default architectures.
-# A bench that outlives one call (bench/family.py after a fresh build): start
-# it as `FASTREDUCE_RESULTS_DIR=/tmp/results nohup python3 bench/family.py >
-# /tmp/family.md &`, then, from the next call (at once: an idle machine goes
-# back after 30 s), copy /tmp/results/*.json and /tmp/family.md into $OUT.
+# A bench that outlives one call (bench/statistics.py after a fresh build): start
+# it as `FASTREDUCE_RESULTS_DIR=/tmp/results nohup python3 bench/statistics.py >
+# /tmp/statistics.md &`, then, from the next call (at once: an idle machine goes
+# back after 30 s), copy /tmp/results/*.json and /tmp/statistics.md into $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-steps=" ${*:-build tests cpp host gpt2 llama micro reduce family ladder norms rows peers} "
+steps=" ${*:-build tests cpp host gpt2 llama micro reduce statistics ladder gpt2_rows llm_rows peers} "
 want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -47,7 +47,7 @@ sanitize() {
   compute-sanitizer --tool "$1" --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider -m cuda \
     -k "not compile and not free_what_they_saved and not memory" "${@:2}" 2>&1 | tail -n 15 | tee -a "$OUT/$1.log"
 }
-want memcheck && sanitize memcheck tests/test_norms.py tests/test_autograd.py tests/test_rms_norm.py tests/test_losses.py \
+want memcheck && sanitize memcheck tests/test_norms.py tests/test_softmax.py tests/test_autograd.py tests/test_losses.py \
   tests/test_fused_linear_cross_entropy.py
 # The fuzz suite's CUDA cases (special values, device mixes, bad arguments),
 # each child process under memcheck: a report fails the case it appears in.
@@ -56,14 +56,14 @@ want memcheck && FASTREDUCE_FUZZ_WRAP="compute-sanitizer --tool memcheck --error
 want memcheck && sanitize memcheck tests/test_statistics.py tests/test_reductions.py \
   -k "full or dim or extremes or (moments and float32) or (logsumexp and bfloat16) or (norm and float16) or argmax or aminmax or any or foreach or clip or graph or plan_shapes"
 want racecheck && sanitize racecheck tests/test_statistics.py -k "moments and float32 or argmax or foreach"
-want racecheck && sanitize racecheck tests/test_norms.py tests/test_rms_norm.py tests/test_losses.py \
+want racecheck && sanitize racecheck tests/test_norms.py tests/test_softmax.py tests/test_losses.py \
   -k "backward_matches or parameters_dtype or (long_rows and float32) or (add_norm and bfloat16) or (every_option and 50304)"
 want gpt2 && python3 examples/gpt2.py 2>&1 | tee "$OUT/gpt2.txt"
 want llama && python3 examples/llama.py 2>&1 | tee "$OUT/llama.txt"
 want micro && { bash bench/micro/run.sh cross_entropy; bash bench/micro/run.sh wide_rows; } 2>&1 | tee "$OUT/micro.md"
 
 benched=0
-for bench in host reduce family ladder norms rows peers; do
+for bench in host reduce statistics ladder gpt2_rows llm_rows peers; do
   want "$bench" || continue
   benched=1
   python3 "bench/$bench.py" 2>"/tmp/bench_$bench.err" | tee "$OUT/bench_$bench.md" || tail -20 "/tmp/bench_$bench.err"

@@ -73,9 +73,9 @@ def generic_section(data: dict, image: str | None = None) -> str:
 SECTIONS = {
     "reduce": lambda d: generic_section(d, "results/reduce.png"),
     "ladder": ladder_section,
-    "family": generic_section,
-    "norms": generic_section,
-    "rows": generic_section,
+    "statistics": generic_section,
+    "gpt2_rows": generic_section,
+    "llm_rows": generic_section,
     "host": generic_section,
     "cpu": generic_section,
     "linear_cross_entropy": generic_section,

@@ -71,3 +71,11 @@ def close_to_reference(ours, reference, scale=1.0, theirs=None):
         bound = max(bound, 2 * max_error(theirs, reference))
     err = max_error(ours, reference)
     assert err <= bound, (err, bound)
+
+
+def error_vs_reference(ours, theirs, reference):
+    """Our error against float64 must stay within twice torch's own (plus a floor)."""
+    ours_err = (ours.double() - reference).abs().max().item()
+    theirs_err = (theirs.double() - reference).abs().max().item()
+    floor = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-12}[ours.dtype]
+    assert ours_err <= 2 * theirs_err + floor, (ours_err, theirs_err)

@@ -198,3 +198,48 @@ def test_cross_entropy_bad_arguments(device):
 def test_cross_entropy_target_out_of_range_cpu():
     with pytest.raises(RuntimeError, match="outside"):
         fr.cross_entropy(torch.randn(3, 5), torch.tensor([0, 5, 1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_gradcheck(device):
+    logits = torch.randn(5, 7, dtype=torch.float64, device=device, requires_grad=True)
+    target = torch.tensor([0, 6, -100, 3, 3], device=device)
+    for reduction in ("mean", "sum", "none"):
+        assert torch.autograd.gradcheck(
+            lambda x: fr.cross_entropy(x, target, reduction=reduction, label_smoothing=0.2, return_lse=True),
+            (logits,))
+
+
+def samples(device):
+    x = torch.randn(4, 24, device=device, requires_grad=True)
+    target = torch.tensor([1, -100, 23, 0], device=device)
+    zero_ignored = torch.tensor([1, 0, 23, 0], device=device)
+    ops = torch.ops.fastreduce
+    return [
+        (ops.cross_entropy.default, (x, target, "mean", -100, 0.1), {}),
+        (ops.cross_entropy.default, (x, zero_ignored, "none", 0, 0.0), {}),
+        (ops._cross_entropy_with_grad.default, (x.detach(), target, "mean", -100, 0.1), {}),
+        (ops._cross_entropy_with_grad_.default, (x.detach().clone(), target, "sum", -100, 0.0), {}),
+        (ops._scale_unless_one_.default, (x.detach().clone(), torch.tensor(2.0, device=device)), {}),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    for op, args, kwargs in samples(device):
+        torch.library.opcheck(op, args, kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cross_entropy_autocast_output_dtype(device, dtype):
+    if device == "cpu" and dtype == torch.float16:
+        pytest.skip("CPU autocast is bfloat16")
+    x = torch.randn(4, 16, device=device)
+    target = torch.randint(0, 16, (4,), device=device)
+    with torch.autocast(device, dtype=dtype):
+        cases = [(fr.cross_entropy(x.to(dtype), target), F.cross_entropy(x.to(dtype), target)),
+                 (fr.cross_entropy(x, target), F.cross_entropy(x, target))]
+    for ours, theirs in cases:
+        assert ours.dtype == theirs.dtype
+        torch.testing.assert_close(ours.float(), theirs.float(), rtol=2e-2, atol=2e-2)

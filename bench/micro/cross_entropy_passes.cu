@@ -8,48 +8,13 @@
 // showed.
 #include <cuda_bf16.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "../../csrc/kernels/cross_entropy_kernels.cuh"
 #include "../../csrc/launch/cross_entropy.h"
+#include "probe.cuh"
 
 using namespace fastreduce;
-
-#define CHECK(call)                                                             \
-  do {                                                                          \
-    cudaError_t err_ = (call);                                                  \
-    if (err_ != cudaSuccess) {                                                  \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
-
-template <typename T>
-__global__ void fill_logits(T* data, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    data[i] = static_cast<T>(float(h % 20000) / 2500.0f - 4.0f);
-  }
-}
-
-__global__ void read_all(const float4* data, int64_t count, float* sink) {
-  float acc = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-    acc += data[i].x;
-  if (acc == 1234.5f) *sink = acc;
-}
-
-__global__ void copy_all(const float4* in, float4* out, int64_t count) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = in[i];
-}
 
 template <typename T>
 __global__ void max_difference(const T* a, const T* b, int64_t n, float* out) {
@@ -58,38 +23,6 @@ __global__ void max_difference(const T* a, const T* b, int64_t n, float* out) {
     worst = fmaxf(worst, fabsf(static_cast<float>(a[i]) - static_cast<float>(b[i])));
   atomicMax(reinterpret_cast<int*>(out), __float_as_int(worst));
 }
-
-struct Timer {
-  float4* flush;
-  float* sink;
-  int64_t flush_count = (256ll << 20) / 16;
-  Timer() {
-    CHECK(cudaMalloc(&flush, flush_count * 16));
-    CHECK(cudaMemset(flush, 0, flush_count * 16));
-    CHECK(cudaMalloc(&sink, 4));
-  }
-  template <typename F>
-  float median_us(F&& f, int reps = 15) {
-    f();
-    std::vector<float> times;
-    cudaEvent_t begin, end;
-    CHECK(cudaEventCreate(&begin));
-    CHECK(cudaEventCreate(&end));
-    for (int r = 0; r < reps; ++r) {
-      read_all<<<132 * 8, 512>>>(flush, flush_count, sink);
-      CHECK(cudaEventRecord(begin));
-      f();
-      CHECK(cudaEventRecord(end));
-      CHECK(cudaEventSynchronize(end));
-      float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, begin, end));
-      times.push_back(ms * 1e3f);
-    }
-    CHECK(cudaGetLastError());
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
-  }
-};
 
 template <typename T>
 void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, int sms) {
@@ -110,7 +43,7 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
   CHECK(cudaMalloc(&row_loss, rows * sizeof(A)));
   CHECK(cudaMalloc(&one, sizeof(A)));
   CHECK(cudaMalloc(&worst, 4));
-  fill_logits<<<1024, 256>>>(logits, n, 7u);
+  fill_uniform<<<1024, 256>>>(logits, n, 7u, -4.0f, 8.0f);
   std::vector<int64_t> host_target(rows);
   for (int64_t r = 0; r < rows; ++r) host_target[r] = (r * 7919) % classes;
   host_target[0] = -100;
@@ -123,10 +56,7 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
               bytes / (1 << 20));
   std::printf("| kernel | threads | blocks/SM | cached KiB | µs | GB/s (2 passes) | max |grad diff| |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
-  const float copy = timer.median_us([&] {
-    copy_all<<<sms * 4, 512>>>(reinterpret_cast<const float4*>(logits), reinterpret_cast<float4*>(grad),
-                               int64_t(bytes / 16));
-  });
+  const float copy = timer.copy_us(logits, grad, int64_t(bytes));
   std::printf("| copy (the limit) | 512 | 4 | 0 | %.1f | %.0f | |\n", copy, 2 * bytes / copy / 1e3);
   const float three = timer.median_us([&] {
     cross_entropy_forward_kernel<T, kVec><<<rows, kCrossEntropyThreads>>>(a, lse_ref, row_loss);

@@ -5,6 +5,7 @@
 // operators (fastreduce's backward ops, or aten's), so torch.compile, AOT
 // autograd and export trace it like any other op.
 #include "autograd_common.h"
+#include "../kernels/norm_buffers.h"
 #include "dispatch.h"
 
 namespace fastreduce {
@@ -109,6 +110,38 @@ struct ExtremumFunction {
 using Tensors3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Tensors2 = std::tuple<at::Tensor, at::Tensor>;
 
+// A norm node's saved state: the rows normalised (the input, or h for the
+// fused add), its statistics and the parameters. Layer norm saves mean and
+// rstd, RMS norm rstd alone.
+void save_norm(NodeContext* ctx, at::IntArrayRef normalized_shape, std::vector<at::Tensor> rows_and_stats,
+               std::initializer_list<std::optional<at::Tensor>> params) {
+  ctx->saved_data["normalized_shape"] = normalized_shape;
+  ctx->mark_non_differentiable(variable_list(rows_and_stats.begin() + 1, rows_and_stats.end()));
+  for (const auto& param : params) rows_and_stats.push_back(or_undefined(param));
+  ctx->save_for_backward(rows_and_stats);
+}
+
+// The norm's gradients from what save_norm kept: (dx, dweight, dbias), each
+// parameter's undefined when it was absent. grad_residual: the gradient
+// reaching the fused add's h, which joins dx.
+Tensors3 norm_grads(NodeContext* ctx, NormKind kind, const at::Tensor& grad_out,
+                    const std::optional<at::Tensor>& grad_residual) {
+  const auto saved = ctx->get_saved_variables();
+  const auto shape = ctx->saved_data["normalized_shape"].toIntVector();
+  const auto only_if = [](const at::Tensor& param, const at::Tensor& grad) {
+    return param.defined() ? grad : at::Tensor();
+  };
+  if (kind == NormKind::Layer) {
+    const at::Tensor &weight = saved[3], &bias = saved[4];
+    auto [dx, dweight, dbias] = call_layer_norm_backward(grad_out, saved[0], shape, saved[1], saved[2],
+                                                         or_none(weight), or_none(bias), grad_residual);
+    return {dx, only_if(weight, dweight), only_if(bias, dbias)};
+  }
+  const at::Tensor& weight = saved[2];
+  auto [dx, dweight] = call_rms_norm_backward(grad_out, saved[0], shape, saved[1], or_none(weight), grad_residual);
+  return {dx, only_if(weight, dweight), at::Tensor()};
+}
+
 struct LayerNormFunction {
   static constexpr const char* kName = "fastreduce::LayerNormBackward";
   static Tensors3 op_call(const at::Tensor& input, at::IntArrayRef normalized_shape,
@@ -118,17 +151,11 @@ struct LayerNormFunction {
   static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor& input, at::IntArrayRef normalized_shape,
                    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double) {
     const auto& [y, mean, rstd] = out;
-    ctx->saved_data["normalized_shape"] = normalized_shape;
-    ctx->save_for_backward({input, mean, rstd, or_undefined(weight), or_undefined(bias)});
-    ctx->mark_non_differentiable({mean, rstd});
+    save_norm(ctx, normalized_shape, {input, mean, rstd}, {weight, bias});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &weight = saved[3], &bias = saved[4];
-    auto [dx, dweight, dbias] =
-        call_layer_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(), saved[1],
-                                 saved[2], or_none(weight), or_none(bias), std::nullopt);
-    return {dx, {}, weight.defined() ? dweight : at::Tensor(), bias.defined() ? dbias : at::Tensor(), {}};
+    auto [dx, dweight, dbias] = norm_grads(ctx, NormKind::Layer, grads[0], std::nullopt);
+    return {dx, {}, dweight, dbias, {}};
   }
 };
 
@@ -140,16 +167,11 @@ struct RmsNormFunction {
   }
   static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& input, at::IntArrayRef normalized_shape,
                    const std::optional<at::Tensor>& weight, std::optional<double>) {
-    const auto& rstd = std::get<1>(out);
-    ctx->saved_data["normalized_shape"] = normalized_shape;
-    ctx->save_for_backward({input, rstd, or_undefined(weight)});
-    ctx->mark_non_differentiable({rstd});
+    save_norm(ctx, normalized_shape, {input, std::get<1>(out)}, {weight});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    auto [dx, dweight] = call_rms_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(),
-                                                saved[1], or_none(saved[2]), std::nullopt);
-    return {dx, {}, saved[2].defined() ? dweight : at::Tensor(), {}};
+    auto [dx, dweight, dbias] = norm_grads(ctx, NormKind::Rms, grads[0], std::nullopt);
+    return {dx, {}, dweight, {}};
   }
 };
 
@@ -167,17 +189,11 @@ struct AddLayerNormFunction {
                    at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
                    const std::optional<at::Tensor>& bias, double) {
     const auto& [y, residual_out, mean, rstd] = out;
-    ctx->saved_data["normalized_shape"] = normalized_shape;
-    ctx->save_for_backward({residual_out, mean, rstd, or_undefined(weight), or_undefined(bias)});
-    ctx->mark_non_differentiable({mean, rstd});
+    save_norm(ctx, normalized_shape, {residual_out, mean, rstd}, {weight, bias});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &weight = saved[3], &bias = saved[4];
-    auto [dx, dweight, dbias] =
-        call_layer_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(), saved[1],
-                                 saved[2], or_none(weight), or_none(bias), grads[1]);
-    return {dx, dx, {}, weight.defined() ? dweight : at::Tensor(), bias.defined() ? dbias : at::Tensor(), {}};
+    auto [dx, dweight, dbias] = norm_grads(ctx, NormKind::Layer, grads[0], grads[1]);
+    return {dx, dx, {}, dweight, dbias, {}};
   }
 };
 
@@ -190,15 +206,11 @@ struct AddRmsNormFunction {
   static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor&, const at::Tensor&,
                    at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight, std::optional<double>) {
     const auto& [y, residual_out, rstd] = out;
-    ctx->saved_data["normalized_shape"] = normalized_shape;
-    ctx->save_for_backward({residual_out, rstd, or_undefined(weight)});
-    ctx->mark_non_differentiable({rstd});
+    save_norm(ctx, normalized_shape, {residual_out, rstd}, {weight});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    auto [dx, dweight] = call_rms_norm_backward(grads[0], saved[0], ctx->saved_data["normalized_shape"].toIntVector(),
-                                                saved[1], or_none(saved[2]), grads[1]);
-    return {dx, dx, {}, saved[2].defined() ? dweight : at::Tensor(), {}};
+    auto [dx, dweight, dbias] = norm_grads(ctx, NormKind::Rms, grads[0], grads[1]);
+    return {dx, dx, {}, dweight, {}};
   }
 };
 

@@ -125,7 +125,7 @@ def main():
     cases = itertools.chain(rms_cases(), add_norm_cases(), cross_entropy_cases())
     total = 2 * len(RMS_SHAPES) + 2 * len(ADD_SHAPES) + 2 * len(CE_SHAPES)
     rows = []
-    for label, nbytes, ours, eager, compiled in progress(cases, "rows", total):
+    for label, nbytes, ours, eager, compiled in progress(cases, "llm_rows", total):
         t_ours = timer.median_us(ours, 30)
         t_eager = timer.median_us(eager, 30)
         t_compiled = timer.median_us(compiled, 30)
@@ -151,7 +151,7 @@ def main():
         [[r["case"], int(r["case"].split()[-1].split("x")[0]) * int(r["case"].split("x")[-1]) * 2 / 2**20,
           r["ours_peak_mb"], r["eager_peak_mb"], r["compiled_peak_mb"]] for r in rows if "ours_peak_mb" in r],
     )
-    save_json("rows.json", {"environment": env, "rows": rows, "markdown": text})
+    save_json("llm_rows.json", {"environment": env, "rows": rows, "markdown": text})
 
 
 if __name__ == "__main__":

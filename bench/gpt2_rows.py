@@ -103,7 +103,7 @@ def main():
     rows = []
     total = 2 * len(DTYPES) * len(LAYER_NORM_SHAPES) + len(DTYPES) * (len(SOFTMAX_SHAPES) + 2 * len(CAUSAL_SHAPES))
     cases = itertools.chain(layer_norm_cases(), softmax_cases())
-    for label, dtype, nbytes, ours, eager, compiled in progress(cases, "norms", total):
+    for label, dtype, nbytes, ours, eager, compiled in progress(cases, "gpt2_rows", total):
         t_ours = timer.median_us(ours, 30)
         t_eager = timer.median_us(eager, 30)
         t_compiled = timer.median_us(compiled, 30)
@@ -118,7 +118,7 @@ def main():
         [[r["case"], r["dtype"], r["ours_us"], r["ours_gbs"], r["eager_us"], r["compiled_us"], r["vs_eager"],
           r["vs_compiled"]] for r in rows],
     )
-    save_json("norms.json", {"environment": env, "rows": rows, "markdown": text})
+    save_json("gpt2_rows.json", {"environment": env, "rows": rows, "markdown": text})
 
 
 if __name__ == "__main__":

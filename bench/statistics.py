@@ -148,7 +148,7 @@ def main():
         ["case", "torch µs", "fastreduce µs", "GB/s", "speed-up"],
         [[r["case"], r["torch_us"], r["ours_us"], r["ours_gbs"], r["ratio"]] for r in clip],
     )
-    save_json("family.json", {"environment": env, "ops": ops, "ceiling": ceiling, "clip": clip,
+    save_json("statistics.json", {"environment": env, "ops": ops, "ceiling": ceiling, "clip": clip,
                               "agreement": agreement, "markdown": text})
 
 

@@ -1,0 +1,172 @@
+"""softmax and causal_softmax against torch and float64, forward and backward."""
+
+import pytest
+import torch
+
+import fastreduce_torch as fr
+from conftest import DEVICES, error_vs_reference, requires_cuda
+
+LOW = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [1, 33, 1024, 1500, 5000, 70000])
+def test_softmax(device, dtype, n):
+    x = (torch.randn(5, n, device=device) * 4).to(dtype)
+    reference = torch.softmax(x.double(), -1)
+    error_vs_reference(fr.softmax(x), torch.softmax(x, -1), reference)
+    y = torch.randn(4, 6, 7, device=device)
+    for dim in (0, 1, -1):
+        torch.testing.assert_close(fr.softmax(y, dim), torch.softmax(y, dim))
+    assert fr.softmax(x, dtype=torch.float32).dtype == torch.float32
+
+
+def causal_reference(scores, scale):
+    t = scores.shape[-1]
+    upper = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)
+    return torch.softmax((scale * scores).masked_fill(upper, float("-inf")), -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("t", [1, 7, 64, 257])
+def test_causal_softmax(device, dtype, t):
+    scores = torch.randn(2, 3, t, t, device=device).to(dtype)
+    scale = 0.125
+    ours = fr.causal_softmax(scores, scale)
+    error_vs_reference(ours, causal_reference(scores, scale), causal_reference(scores.double(), scale))
+    assert bool((ours.triu(1) == 0).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_causal_softmax_reads_only_lower_triangle(device):
+    scores = torch.randn(3, 65, 65, device=device)
+    upper = torch.ones(65, 65, dtype=torch.bool, device=device).triu(1)
+    poisoned = scores.masked_fill(upper, float("nan"))
+    ours = fr.causal_softmax(poisoned, 0.5)
+    assert not ours.isnan().any()
+    torch.testing.assert_close(ours, causal_reference(scores, 0.5))
+    assert bool((ours.triu(1) == 0).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = torch.randn(3, 4, 6, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: fr.softmax(x, 1), (x,))
+    s = torch.randn(2, 5, 5, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda s: fr.causal_softmax(s, 0.7), (s,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [768, 2000, 70000])
+def test_backward_matches_torch(device, n):
+    rows = {768: 64, 2000: 2500, 70000: 3}[n]
+    x = torch.randn(rows, n, device=device, requires_grad=True)
+    g = torch.randn(rows, n, device=device)
+    s = torch.randn(2, 33, 33, device=device, requires_grad=True)
+    gs = torch.randn(2, 33, 33, device=device)
+    torch.testing.assert_close(torch.autograd.grad(fr.causal_softmax(s, 0.3), s, gs)[0],
+                               torch.autograd.grad(causal_reference(s, 0.3), s, gs)[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.autograd.grad(fr.softmax(x, 0), x, g)[0],
+                               torch.autograd.grad(torch.softmax(x, 0), x, g)[0], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_arguments(device):
+    x = torch.randn(4, 6, device=device)
+    with pytest.raises(RuntimeError, match="unsupported dtype"):
+        fr.softmax(x.int())
+    with pytest.raises(IndexError):
+        fr.softmax(x, 2)
+    with pytest.raises(RuntimeError, match=r"\(\.\.\., T, T\)"):
+        fr.causal_softmax(torch.randn(3, 4, 5, device=device))
+
+
+def samples(device):
+    x = torch.randn(3, 8, device=device)
+    s = torch.randn(2, 6, 6, device=device)
+    ops = torch.ops.fastreduce
+    return [
+        (ops.softmax.default, (x, 0), {"dtype": None}),
+        (ops.softmax.default, (x.half(), -1), {"dtype": torch.float32}),
+        (ops.causal_softmax.default, (s, 0.5), {}),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    for op, args, kwargs in samples(device):
+        torch.library.opcheck(op, args, kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_module(device):
+    x = torch.randn(4, 8, device=device)
+    torch.testing.assert_close(fr.nn.Softmax(dim=1)(x), torch.softmax(x, 1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+def test_unaligned_rows_and_gradients(device, dtype):
+    # Storage offset 1 and widths not a multiple of the vector size: the
+    # element-wise paths; an offset gradient with an aligned input: mixed.
+    base = torch.randn(64 * 96 + 1, device=device).to(dtype)
+    x = base[1:].view(64, 96)
+    torch.testing.assert_close(fr.softmax(x), torch.softmax(x, -1))
+    y = torch.randn(64, 96, device=device).to(dtype).requires_grad_()
+    g = torch.randn(64 * 96 + 1, device=device).to(dtype)[1:].view(64, 96)
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 1e-3}
+    ours = torch.autograd.grad(fr.softmax(y), y, g)[0]
+    theirs = torch.autograd.grad(torch.softmax(y, -1), y, g)[0]
+    torch.testing.assert_close(ours, theirs, **tolerance)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", LOW)
+def test_more_rows_than_one_wave(dtype):
+    # Tens of thousands of short rows: many more blocks than are resident at once.
+    x = (torch.randn(40000, 96, device="cuda") * 3 + 1).to(dtype)
+    error_vs_reference(fr.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1))
+    scores = (torch.randn(4, 40, 80, 80, device="cuda") * 4).to(dtype)  # 12800 rows of 1 to 80 entries
+    error_vs_reference(fr.causal_softmax(scores, 0.3), causal_reference(scores, 0.3),
+                       causal_reference(scores.double(), 0.3))
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000])
+def test_long_rows(dtype, n):
+    # Rows past 1024 run one block per row with the row in registers, the
+    # shared-memory kernels beyond (as layer_norm's, test_norms.py).
+    x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
+    g = torch.randn(6, n, device="cuda")
+
+    def grads(f, *inputs):
+        out = f(*inputs)
+        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
+
+    as_double = x.detach().double().requires_grad_()
+    for ours, theirs, reference in zip(grads(fr.softmax, x), grads(lambda t: torch.softmax(t, -1), x),
+                                       grads(lambda t: torch.softmax(t, -1), as_double)):
+        error_vs_reference(ours, theirs, reference)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_long_causal_rows_read_only_lower_triangle():
+    t = 1100
+    scores = torch.randn(2, t, t, device="cuda")
+    upper = torch.ones(t, t, dtype=torch.bool, device="cuda").triu(1)
+    poisoned = scores.masked_fill(upper, float("nan")).requires_grad_()
+    ours = fr.causal_softmax(poisoned, 0.5)
+    torch.testing.assert_close(ours, causal_reference(scores, 0.5))
+    assert bool((ours.triu(1) == 0).all())
+    g = torch.randn(2, t, t, device="cuda").masked_fill(upper, float("nan"))
+    dx = torch.autograd.grad(ours, poisoned, g)[0]
+    reference = scores.clone().requires_grad_()
+    expected = torch.autograd.grad(causal_reference(reference, 0.5), reference, g.nan_to_num(0.0))[0]
+    torch.testing.assert_close(dx, expected, rtol=1e-4, atol=1e-6)
+    assert bool((dx.triu(1) == 0).all())
