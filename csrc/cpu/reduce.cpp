@@ -258,33 +258,31 @@ void reduce_typed(const Op& op, const In* x, int64_t outer, int64_t len, int64_t
 }
 
 template <typename Sink>
-Sink make_sink(at::Tensor& out, at::Tensor* second) {
+Sink make_sink(void* output, void* second) {
   if constexpr (std::is_pointer_v<Sink>) {
-    return static_cast<Sink>(out.data_ptr());
+    return static_cast<Sink>(output);
   } else {
     using First = std::remove_pointer_t<decltype(Sink::first)>;
     using Second = std::remove_pointer_t<decltype(Sink::second)>;
-    return {static_cast<First*>(out.data_ptr()),
-            second && second->defined() ? static_cast<Second*>(second->data_ptr()) : nullptr};
+    return {static_cast<First*>(output), static_cast<Second*>(second)};
   }
 }
 
-void reduce_cpu(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
-                int64_t inner, at::Tensor& out, at::Tensor* second) {
-  const DType dtype = to_dtype(input.scalar_type(), "reduce");
+void reduce_cpu(const ReduceProblem& p, void* output) {
   auto run = [&](auto op, auto in, auto sink) {
     using In = typename decltype(in)::type;
-    reduce_typed(op, input.const_data_ptr<In>(), outer, len, inner,
-                 make_sink<typename decltype(sink)::type>(out, second));
+    reduce_typed(op, static_cast<const In*>(p.input), p.outer, p.len, p.inner,
+                 make_sink<typename decltype(sink)::type>(output, p.second_output));
     return true;
   };
-  bool done = visit_reduction<c10::Half, c10::BFloat16>(kind, dtype, false, [&](auto k, auto tag) {
+  bool done = visit_reduction<c10::Half, c10::BFloat16>(p.kind, p.dtype, false, [&](auto k, auto tag) {
     using Types = ReduceTypes<decltype(k)::value, typename decltype(tag)::type>;
-    return run(Types::op_t::make(params, len), tag, TypeTag<typename Types::out_t*>{});
+    return run(Types::op_t::make(p.params, p.len), tag, TypeTag<typename Types::out_t*>{});
   });
-  if (!done) done = visit_statistic<c10::Half, c10::BFloat16, true>(kind, dtype, params, len, false, run);
-  if (!done) done = visit_selection<c10::Half, c10::BFloat16>(kind, dtype, false, run);
-  TORCH_CHECK(done, "fastreduce: no CPU kernel for this reduction and dtype ", to_text(input.scalar_type()));
+  if (!done) done = visit_statistic<c10::Half, c10::BFloat16, true>(p.kind, p.dtype, p.params, p.len, false, run);
+  if (!done) done = visit_selection<c10::Half, c10::BFloat16>(p.kind, p.dtype, false, run);
+  TORCH_CHECK(done, "fastreduce: no CPU kernel for reduction ", to_text(static_cast<int64_t>(p.kind)), " of dtype ",
+              to_text(static_cast<int64_t>(p.dtype)));
 }
 
 }  // namespace

@@ -5,15 +5,16 @@
 
 #include "autograd_common.h"
 #include "dispatch.h"
+#include "reduction.h"
 
 namespace fastreduce {
 namespace {
 
-// Elements folded into each output element, as a SymInt for dynamic shapes.
-c10::SymInt reduced_count(NodeContext* ctx, const at::Tensor& self) {
-  c10::SymInt count = 1;
-  for (int64_t d : ctx->saved_data["dims"].toIntVector()) count = count * self.sym_size(d);
-  return count;
+// Elements folded into each output element of the forward (its saved dims).
+c10::SymInt forward_count(NodeContext* ctx, const at::Tensor& self) {
+  std::bitset<kMaxDims> reduced;
+  for (int64_t d : ctx->saved_data["dims"].toIntVector()) reduced.set(d);
+  return reduced_count(self, reduced);
 }
 
 // var, std, var_mean, std_mean. d var / dx = 2 (x - mean) / (N - correction);
@@ -45,7 +46,7 @@ struct MomentsFunction {
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &self = saved[0], &spread = saved[1];
-    const c10::SymInt count = reduced_count(ctx, self);
+    const c10::SymInt count = forward_count(ctx, self);
     const auto dims = ctx->saved_data["dims"].toIntVector();
     at::Tensor grad;
     if (grads[0].defined()) {

@@ -132,17 +132,6 @@ void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& ta
                                 row_loss.data_ptr(), grad_input.data_ptr(), mutable_or_null(kept)});
 }
 
-namespace {
-
-// The CPU's scale_unless_one_stub: the host reads the factor (no device to
-// wait for).
-void scale_unless_one_cpu(at::Tensor& data, const at::Tensor& factor) {
-  if (factor.item<double>() != 1.0) data.mul_(factor);
-}
-
-}  // namespace
-
-FASTREDUCE_REGISTER_KERNEL(scale_unless_one_stub, CPU, scale_unless_one_cpu);
 
 namespace {
 
@@ -197,8 +186,10 @@ void backend::scale_unless_one(const at::Tensor& self, const at::Tensor& factor)
   TORCH_CHECK(self.is_contiguous(), op, ": argument 'self' must be contiguous");
   TORCH_CHECK(factor.numel() == 1, op, ": argument 'factor' must hold one element, got ", to_text(factor.numel()));
   check_same_device(factor, self, op, "factor", "self");
-  at::Tensor data = self;
-  scale_unless_one_stub(self.device().type(), data, factor.reshape({}).to(acc_type(self)).contiguous());
+  const at::Tensor scale = factor.reshape({}).to(acc_type(self)).contiguous();
+  const c10::DeviceGuard guard(self.device());
+  scale_unless_one_stub(self.device().type(), to_dtype(self.scalar_type(), op), self.data_ptr(), self.numel(),
+                        scale.const_data_ptr());
 }
 
 }  // namespace fastreduce

@@ -23,11 +23,8 @@ void cross_entropy_with_grad_cuda(const CrossEntropyShape& shape, const CrossEnt
   check_cuda(cross_entropy_forward_backward(shape, io, sm_count(), current_stream()), shape.op);
 }
 
-void scale_unless_one_cuda(at::Tensor& data, const at::Tensor& factor) {
-  const c10::cuda::CUDAGuard guard(data.device());
-  check_cuda(scale_unless_one(to_dtype(data.scalar_type(), "_scale_unless_one_"), data.data_ptr(), data.numel(),
-                              factor.const_data_ptr(), sm_count(), current_stream()),
-             "_scale_unless_one_");
+void scale_unless_one_cuda(DType dtype, void* data, int64_t count, const void* factor) {
+  check_cuda(scale_unless_one(dtype, data, count, factor, sm_count(), current_stream()), "_scale_unless_one_");
 }
 
 }  // namespace

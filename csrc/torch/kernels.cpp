@@ -4,8 +4,7 @@
 
 namespace fastreduce {
 
-FASTREDUCE_DEFINE_STUB(reduce_stub, void(ReduceKind, const ReduceParams&, const at::Tensor&, int64_t, int64_t, int64_t,
-                                         at::Tensor&, at::Tensor*));
+FASTREDUCE_DEFINE_STUB(reduce_stub, void(const ReduceProblem&, void*));
 FASTREDUCE_DEFINE_STUB(foreach_norm_stub, void(at::TensorList, double, std::vector<at::Tensor>&));
 FASTREDUCE_DEFINE_STUB(norm_forward_stub, void(const NormShape&, const NormForwardBuffers<>&, double));
 FASTREDUCE_DEFINE_STUB(norm_backward_stub, void(const NormShape&, const NormBackwardBuffers<>&, const NormParamGrads&));
@@ -17,7 +16,7 @@ FASTREDUCE_DEFINE_STUB(cross_entropy_backward_stub,
                        void(const CrossEntropyShape&, const CrossEntropyBackwardBuffers&));
 FASTREDUCE_DEFINE_STUB(cross_entropy_with_grad_stub,
                        void(const CrossEntropyShape&, const CrossEntropyWithGradBuffers&));
-FASTREDUCE_DEFINE_STUB(scale_unless_one_stub, void(at::Tensor&, const at::Tensor&));
+FASTREDUCE_DEFINE_STUB(scale_unless_one_stub, void(DType, void*, int64_t, const void*));
 FASTREDUCE_DEFINE_STUB(ladder_stub, void(int, const at::Tensor&, at::Tensor&));
 FASTREDUCE_DEFINE_STUB(read_probe_stub, void(const at::Tensor&, at::Tensor&));
 

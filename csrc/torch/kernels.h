@@ -1,7 +1,7 @@
 // The device entry points of the ops: one stub each (device_stub.h), which
 // the op code calls with its input's device. Each backend registers its
-// kernel where it defines it: csrc/cpu (and cross_entropy.cpp's composite
-// CPU ways) for the CPU, the *_cuda.cpp glue for CUDA. "CUDA only": the op
+// kernel where it defines it: csrc/cpu for the CPU, the *_cuda.cpp glue for
+// CUDA. "CUDA only": the op
 // code takes another way on the CPU.
 #pragma once
 
@@ -11,18 +11,15 @@
 
 #include "../kernels/cross_entropy_buffers.h"
 #include "../kernels/norm_buffers.h"
-#include "../kernels/reduce_op.h"
+#include "../kernels/reduce_problem.h"
 #include "../kernels/softmax_buffers.h"
 #include "device_stub.h"
 
 namespace fastreduce {
 
-// Reduces the dense (outer, len, inner) view `input` over len into the dense
-// `out` (outer * inner elements of the op's output type) and, for the kinds
-// with two results, `second` (the mean of var_mean, the max of aminmax).
-FASTREDUCE_DECLARE_STUB(reduce_stub, void(ReduceKind kind, const ReduceParams& params, const at::Tensor& input,
-                                          int64_t outer, int64_t len, int64_t inner, at::Tensor& out,
-                                          at::Tensor* second));
+// One reduction (reduce_problem.h) into `output`, on the current device (the
+// caller sets it).
+FASTREDUCE_DECLARE_STUB(reduce_stub, void(const ReduceProblem& problem, void* output));
 
 // The norm of each of `tensors` (contiguous, float/half types) into the 0-dim
 // `norms` (one per tensor, of its dtype), in one pass over all. CUDA only.
@@ -47,9 +44,10 @@ FASTREDUCE_DECLARE_STUB(cross_entropy_backward_stub,
                         void(const CrossEntropyShape& shape, const CrossEntropyBackwardBuffers& io));
 FASTREDUCE_DECLARE_STUB(cross_entropy_with_grad_stub,
                         void(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io));
-// data (contiguous) *= factor (0-d, data's accumulator type, same device)
-// unless the factor is 1; no host synchronisation on CUDA.
-FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(at::Tensor& data, const at::Tensor& factor));
+// data (count contiguous elements of dtype) *= *factor (data's accumulator
+// type, on data's device) unless the factor is 1; no host synchronisation on
+// CUDA. On the current device (the caller sets it).
+FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(DType dtype, void* data, int64_t count, const void* factor));
 
 // The teaching ladder's rung `rung` summing the contiguous 1-D `flat` into
 // `out`; the read probe (a read of `data` that also evicts L2). CUDA only.

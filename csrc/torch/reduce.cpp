@@ -82,6 +82,13 @@ std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<kMaxDim
   return shape;
 }
 
+c10::SymInt reduced_count(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
+  c10::SymInt count = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (reduced[d]) count = count * x.sym_size(d);
+  return count;
+}
+
 std::bitset<kMaxDims> reduced_dims(int64_t ndim, at::OptionalIntArrayRef dim) {
   std::bitset<kMaxDims> reduced;
   if (dim.has_value() && !dim->empty()) {
@@ -119,7 +126,11 @@ std::pair<at::Tensor, at::Tensor> run_reduction(ReduceKind kind, const ReducePar
   const auto options = x.options().dtype(out_dtype);
   at::Tensor out = at::empty(in_order ? shape : buffer_shape, options);
   at::Tensor second = two_outputs ? at::empty_like(out) : at::Tensor();
-  reduce_stub(x.device().type(), kind, params, layout.dense, layout.outer, layout.len, layout.inner, out, &second);
+  const ReduceProblem problem{kind,         to_dtype(x.scalar_type(), "reduce"), layout.dense.const_data_ptr(),
+                              layout.outer, layout.len,                          layout.inner,
+                              params,       second.defined() ? second.data_ptr() : nullptr};
+  const c10::DeviceGuard guard(x.device());
+  reduce_stub(x.device().type(), problem, out.data_ptr());
   if (in_order) return {out, second};
 
   std::vector<int64_t> to_logical(layout.kept_order.size());

@@ -21,15 +21,11 @@ int sm_count() {
 
 namespace {
 
-void reduce_cuda(ReduceKind kind, const ReduceParams& params, const at::Tensor& input, int64_t outer, int64_t len,
-                 int64_t inner, at::Tensor& out, at::Tensor* second) {
-  const c10::cuda::CUDAGuard guard(input.device());
-  const ReduceProblem problem{kind,  to_dtype(input.scalar_type(), "reduce"), input.const_data_ptr(), outer, len,
-                              inner, params, second && second->defined() ? second->data_ptr() : nullptr};
+void reduce_cuda(const ReduceProblem& problem, void* output) {
   const int sms = sm_count();
   const size_t bytes = reduce_workspace_bytes(problem, sms);
-  at::Tensor scratch = workspace(input, bytes);
-  check_cuda(reduce(problem, out.data_ptr(), bytes ? scratch.data_ptr() : nullptr, sms, current_stream()),
+  at::Tensor scratch = workspace(bytes);
+  check_cuda(reduce(problem, output, bytes ? scratch.data_ptr() : nullptr, sms, current_stream()),
              "fastreduce reduction");
 }
 

@@ -21,6 +21,10 @@ std::bitset<kMaxDims> reduced_dims(int64_t ndim, at::OptionalIntArrayRef dim);
 
 std::vector<int64_t> output_shape(const at::Tensor& x, const std::bitset<kMaxDims>& reduced, bool keepdim);
 
+// Elements folded into each output element: the product of the reduced
+// sizes (symbolic under dynamic shapes).
+c10::SymInt reduced_count(const at::Tensor& x, const std::bitset<kMaxDims>& reduced);
+
 // torch's errors for a reduction with no identity (amax, argmax, aminmax)
 // over no elements.
 void check_nonempty_reduction(const char* op, const at::Tensor& x, const std::bitset<kMaxDims>& reduced,

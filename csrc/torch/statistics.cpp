@@ -10,13 +10,6 @@
 namespace fastreduce {
 namespace {
 
-int64_t reduced_count(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
-  int64_t count = 1;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (reduced[d]) count *= x.size(d);
-  return count;
-}
-
 // var/std/var_mean/std_mean: one Welford pass; the second output, when
 // wanted, is the mean.
 std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self, at::OptionalIntArrayRef dim,
@@ -31,7 +24,7 @@ std::pair<at::Tensor, at::Tensor> moments(const char* op, const at::Tensor& self
   // torch's warning at every such call (the Python wrappers' bindings make it
   // a Python warning), then whatever NaN or inf the formula gives.
   // (torch counts 0 elements per output whenever the input is empty).
-  const int64_t count = self.numel() == 0 ? 0 : reduced_count(self, reduced);
+  const int64_t count = self.numel() == 0 ? 0 : reduced_count(self, reduced).expect_int();
   if (static_cast<double>(count) - params.correction <= 0)
     TORCH_WARN(op, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor ",
                "(input numel divided by output numel).");
@@ -95,7 +88,7 @@ at::Tensor backend::norm(const at::Tensor& self, const at::Scalar& ord, at::Opti
   const at::Tensor x = self.to(compute);
   const double p = ord.toDouble();
   const auto reduced = reduced_dims(x.dim(), dim);
-  if (reduced_count(x, reduced) == 0) {
+  if (reduced_count(x, reduced).expect_int() == 0) {
     TORCH_CHECK(p >= 0 && !std::isinf(p), op, ": cannot compute the ", std::to_string(p),
                 " norm on an empty tensor because the operation does not have an identity");
     return at::zeros(output_shape(x, reduced, keepdim), x.options());
@@ -103,7 +96,7 @@ at::Tensor backend::norm(const at::Tensor& self, const at::Scalar& ord, at::Opti
   if (x.numel() == 0) return at::empty(output_shape(x, reduced, keepdim), x.options());
   // One element per output: |x| (x != 0 for ord 0), as torch, with no power
   // and root to overflow on the way.
-  if (reduced_count(x, reduced) == 1)
+  if (reduced_count(x, reduced).expect_int() == 1)
     return (p == 0 ? (x != 0).to(compute) : x.abs()).reshape(output_shape(x, reduced, keepdim));
   ReduceParams params;
   params.ord = p;
