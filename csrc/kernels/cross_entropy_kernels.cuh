@@ -86,23 +86,28 @@ __device__ LseState<A> block_merge(LseState<A> state) {
   return state;
 }
 
+// f(i, load(i)) for the calling thread's packs i in [first, end), a stride
+// of blockDim.x apart, kUnroll loads in flight before the first f.
+template <int kUnroll, typename Load, typename F>
+__device__ __forceinline__ void for_own_packs(int64_t first, int64_t end, Load&& load, F&& f) {
+  const int64_t stride = blockDim.x;
+  for (int64_t base = first; base < end; base += kUnroll * stride) {
+    decltype(load(base)) p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < end) p[u] = load(base + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < end) f(base + u * stride, p[u]);
+  }
+}
+
 // f(i, pack) over the row's groups of kVec (the row 16-byte aligned when
 // kVec > 1, classes a multiple of kVec), four loads in flight per thread.
 template <int kVec, typename T, typename F>
 __device__ __forceinline__ void for_each_pack(const T* row, int64_t classes, F&& f) {
-  using Pack = VecN<T, kVec>;
-  constexpr int kUnroll = 4;
-  const auto* packs = reinterpret_cast<const Pack*>(row);
-  const int64_t count = classes / kVec, stride = blockDim.x;
-  for (int64_t base = threadIdx.x; base < count; base += kUnroll * stride) {
-    Pack p[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < count) p[u] = packs[base + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < count) f(base + u * stride, p[u]);
-  }
+  const auto* packs = reinterpret_cast<const VecN<T, kVec>*>(row);
+  for_own_packs<4>(threadIdx.x, classes / kVec, [&](int64_t i) { return packs[i]; }, f);
 }
 
 // The row's merged log-sum-exp state: every thread of the block gets it.
@@ -133,25 +138,41 @@ __device__ __forceinline__ A row_loss_of(const CrossEntropyArgs<T>& a, const T* 
          (a.smoothing == A(0) ? A(0) : a.smoothing * ((state.max - state.total / static_cast<A>(a.classes)) + log_sum));
 }
 
-// dx = soft * exp(x - lse) - g * (eps / classes + (1 - eps) [j == t]) over
-// the row. `dx` may be `x` itself (in place): each element is read, then
-// written, by one thread.
-template <int kVec, typename T, typename A>
-__device__ __forceinline__ void write_row_gradient(const CrossEntropyArgs<T>& a, const T* x, T* dx, int64_t t, A g,
-                                                   A soft, A lse) {
-  // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
-  const A shift = isinf(lse) && lse > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse;
-  const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
-  auto* out = reinterpret_cast<VecN<T, kVec>*>(dx);
-  for_each_pack<kVec>(x, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) {
+// One row's gradient, dx_j = soft * exp(x_j - lse) - g * (eps / classes +
+// (1 - eps) [j == t]), a pack at a time.
+template <typename A>
+struct RowGradient {
+  A shift, soft, smooth, hit;
+  int64_t t;
+  template <typename T>
+  __device__ RowGradient(const CrossEntropyArgs<T>& a, int64_t target, A g, A soft_, A lse)
+      // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
+      : shift(isinf(lse) && lse > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse),
+        soft(soft_),
+        smooth(g * a.smoothing / static_cast<A>(a.classes)),
+        hit(g * (A(1) - a.smoothing)),
+        t(target) {}
+  // The gradient of the row's pack i.
+  template <typename T, int kVec>
+  __device__ __forceinline__ VecN<T, kVec> pack(int64_t i, const VecN<T, kVec>& x) const {
     VecN<T, kVec> result;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const A p = exp_shifted(static_cast<A>(pack.elem[j]), shift);
+      const A p = exp_shifted(static_cast<A>(x.elem[j]), shift);
       result.elem[j] = static_cast<T>(soft * p - smooth - (i * kVec + j == t ? hit : A(0)));
     }
-    out[i] = result;
-  });
+    return result;
+  }
+};
+
+// The row's gradient written to `dx`, which may be `x` itself (in place):
+// each element is read, then written, by one thread.
+template <int kVec, typename T, typename A>
+__device__ __forceinline__ void write_row_gradient(const CrossEntropyArgs<T>& a, const T* x, T* dx, int64_t t, A g,
+                                                   A soft, A lse) {
+  const RowGradient<A> gradient(a, t, g, soft, lse);
+  auto* out = reinterpret_cast<VecN<T, kVec>*>(dx);
+  for_each_pack<kVec>(x, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) { out[i] = gradient.pack(i, pack); });
 }
 
 // Writes lse[row] and the row's loss.
@@ -217,22 +238,6 @@ __device__ __forceinline__ void store_streaming(P* p, const P& value) {
   }
 }
 
-// f(i, load(i)) for the calling thread's packs i in [first, end), a stride
-// of blockDim.x apart, kUnroll loads in flight before the first f.
-template <int kUnroll, typename Load, typename F>
-__device__ __forceinline__ void for_own_packs(int64_t first, int64_t end, Load&& load, F&& f) {
-  const int64_t stride = blockDim.x;
-  for (int64_t base = first; base < end; base += kUnroll * stride) {
-    decltype(load(base)) p[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < end) p[u] = load(base + u * stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < end) f(base + u * stride, p[u]);
-  }
-}
-
 // The forward and the gradient of grad_scale * (the summed row losses) in
 // one kernel (grad_scale null: 1), written over the logits when grad_input
 // is the logits. Two passes over memory instead of a forward's and a
@@ -287,19 +292,9 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     }
     __syncthreads();
     const A g = t == a.ignore_index ? A(0) : row_scale;
-    // exp(x - lse) of a +inf row is NaN, as torch's softmax there (not 0).
-    const A shift = isinf(lse_row) && lse_row > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse_row;
-    const A smooth = g * a.smoothing / static_cast<A>(a.classes), hit = g * (A(1) - a.smoothing);
+    const RowGradient<A> gradient(a, t, g, g, lse_row);
     auto* out = reinterpret_cast<Pack*>(grad_input + row * a.classes);
-    const auto write_gradient = [&](int64_t i, const Pack& p) {
-      Pack result;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const A prob = exp_shifted(static_cast<A>(p.elem[j]), shift);
-        result.elem[j] = static_cast<T>(g * prob - smooth - (i * kVec + j == t ? hit : A(0)));
-      }
-      store_streaming(out + i, result);
-    };
+    const auto write_gradient = [&](int64_t i, const Pack& p) { store_streaming(out + i, gradient.pack(i, p)); };
     for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, write_gradient);
     for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_streaming(packs + i); }, write_gradient);
   }

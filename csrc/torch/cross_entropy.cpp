@@ -132,7 +132,6 @@ void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& ta
                                 row_loss.data_ptr(), grad_input.data_ptr(), mutable_or_null(kept)});
 }
 
-
 namespace {
 
 // The loss and lse, the loss's gradient written into grad_input (which may
