@@ -4,13 +4,13 @@
 # $OUT (at most 8 files come back).
 #   bash scripts/gpu_check.sh [step ...]
 # Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
-# micro reduce statistics ladder gpt2_rows llm_rows peers; default: all but the two sanitizer steps.
+# micro reduce stats ladder gpt2_rows llm_rows peers; default: all but the two sanitizer steps.
 # Benches write to build/bench-results; after any benchmark step they are
 # published into docs/results (scripts/update_readme.py) and results.tgz.
 # The build here is for sm_90 only (the H100/H200), to save minutes; CI
 # builds the default architectures.
-# A bench that outlives one call (bench/statistics.py after a fresh build): start
-# it as `FASTREDUCE_RESULTS_DIR=/tmp/results nohup python3 bench/statistics.py >
+# A bench that outlives one call (bench/stats.py after a fresh build): start
+# it as `FASTREDUCE_RESULTS_DIR=/tmp/results nohup python3 bench/stats.py >
 # /tmp/statistics.md &`, then, from the next call (at once: an idle machine goes
 # back after 30 s), copy /tmp/results/*.json and /tmp/statistics.md into $OUT.
 set -uo pipefail
@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-steps=" ${*:-build tests cpp host gpt2 llama micro reduce statistics ladder gpt2_rows llm_rows peers} "
+steps=" ${*:-build tests cpp host gpt2 llama micro reduce stats ladder gpt2_rows llm_rows peers} "
 want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -63,7 +63,7 @@ want llama && python3 examples/llama.py 2>&1 | tee "$OUT/llama.txt"
 want micro && { bash bench/micro/run.sh cross_entropy; bash bench/micro/run.sh wide_rows; } 2>&1 | tee "$OUT/micro.md"
 
 benched=0
-for bench in host reduce statistics ladder gpt2_rows llm_rows peers; do
+for bench in host reduce stats ladder gpt2_rows llm_rows peers; do
   want "$bench" || continue
   benched=1
   python3 "bench/$bench.py" 2>"/tmp/bench_$bench.err" | tee "$OUT/bench_$bench.md" || tail -20 "/tmp/bench_$bench.err"

@@ -59,3 +59,12 @@ def test_import_under_another_torch_fails_cleanly_before_loading():
     assert "refused: fastreduce_torch was built against torch" in result.stdout
     assert "0.0.1" in result.stdout
     assert "loaded: False" in result.stdout
+
+
+def test_no_script_folder_shadows_the_standard_library():
+    # A script puts its own folder first on sys.path, so bench/statistics.py
+    # would be what `import statistics` finds in every bench beside it.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder in ("bench", "examples", "scripts"):
+        names = {os.path.splitext(f)[0] for f in os.listdir(os.path.join(root, folder)) if f.endswith(".py")}
+        assert not names & sys.stdlib_module_names, folder
