@@ -1,9 +1,9 @@
-"""The fused cross-entropy: typed wrapper and fake kernels. When the loss
-(mean or sum) will be differentiated, its gradient is computed in the
-forward from the same read of the logits, and the backward only scales it
-(_CrossEntropyGradInForward); otherwise C++ autograd (csrc/torch/autograd.cpp) calls the
-registered backward op, or, with ``inplace_backward``, a Python autograd
-function writes the gradient over the logits."""
+"""The fused cross-entropy: typed wrapper and fake kernels. Autograd is in
+C++ (csrc/torch/autograd.cpp): when the loss (mean or sum) will be
+differentiated, its gradient comes from the forward's one read of the logits
+(_cross_entropy_with_grad) and the backward only scales it; with
+``inplace_backward`` and a lse to differentiate, a Python autograd function
+writes the backward's gradient over the logits."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from ._eager import plain
 from .norms import FLOATING
 
 _cross_entropy = torch.ops.fastreduce.cross_entropy.default
+_cross_entropy_with_grad = torch.ops.fastreduce._cross_entropy_with_grad.default
+_cross_entropy_with_grad_ = torch.ops.fastreduce._cross_entropy_with_grad_.default
 _REDUCTIONS = ("none", "mean", "sum")
 
 
@@ -41,10 +43,14 @@ def cross_entropy(
     that no longer need the logits after the loss."""
     wants_grad = input.requires_grad and torch.is_grad_enabled()
     if wants_grad and reduction in ("mean", "sum") and not return_lse and type(input) is Tensor:
-        if input.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(input.device.type):
-            input = input.float()  # autocast runs cross_entropy in float32, as torch
-        return _CrossEntropyGradInForward.apply(input, target, reduction, ignore_index, label_smoothing,
-                                    inplace_backward and input.is_contiguous())
+        # Autocast runs cross_entropy in float32, as torch: over a copy, so
+        # the gradient cannot go into the logits' own storage.
+        upcast = input.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(input.device.type)
+        if inplace_backward and input.is_contiguous() and not upcast:
+            return _cross_entropy_with_grad_(input, target, reduction, ignore_index, label_smoothing)[0]
+        if plain(input):
+            return _C.cross_entropy_loss(input, target, reduction, ignore_index, label_smoothing)
+        return _cross_entropy_with_grad(input, target, reduction, ignore_index, label_smoothing)[0]
     if inplace_backward and wants_grad and input.is_contiguous():
         loss, lse = _CrossEntropyInplaceBackward.apply(input, target, reduction, ignore_index, label_smoothing)
     elif plain(input):
@@ -108,36 +114,6 @@ def _cross_entropy_with_grad_inplace_fake(input, target, reduction, ignore_index
 @torch.library.register_fake("fastreduce::_scale_unless_one_")
 def _scale_unless_one_fake(self, factor):
     torch._check(factor.numel() == 1, lambda: "_scale_unless_one_: argument 'factor' must hold one element")
-
-
-class _CrossEntropyGradInForward(torch.autograd.Function):
-    """cross_entropy (mean or sum) whose gradient comes from the forward's one
-    read of the logits; the backward scales it in place by the incoming
-    gradient, on the device (no host synchronisation), skipping the pass when
-    that is 1. So a second backward through one call is refused."""
-
-    @staticmethod
-    def forward(ctx, input, target, reduction, ignore_index, label_smoothing, inplace):
-        if inplace:
-            grad = input.detach()  # the same storage: the gradient is written over the logits
-            loss, _ = torch.ops.fastreduce._cross_entropy_with_grad_(grad, target, reduction, ignore_index,
-                                                                     label_smoothing)
-        else:
-            loss, _, grad = torch.ops.fastreduce._cross_entropy_with_grad(input, target, reduction, ignore_index,
-                                                                          label_smoothing)
-        ctx.save_for_backward(grad)
-        ctx.scaled = False
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        torch._check(not ctx.scaled, lambda: "cross_entropy: trying to backward through the graph a second time; "
-                     "a second backward through the same call is not supported (its gradient is computed in the "
-                     "forward and scaled in place by the first)")
-        ctx.scaled = True
-        (grad,) = ctx.saved_tensors
-        torch.ops.fastreduce._scale_unless_one_(grad, grad_loss)
-        return grad, None, None, None, None, None
 
 
 class _CrossEntropyInplaceBackward(torch.autograd.Function):

@@ -77,6 +77,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("add_layer_norm", &fastreduce::add_layer_norm);
   m.def("add_rms_norm", &fastreduce::add_rms_norm);
   m.def("cross_entropy", &fastreduce::cross_entropy_with_lse);
+  m.def("cross_entropy_loss", &fastreduce::cross_entropy);
   m.def("softmax", &fastreduce::softmax);
   m.def("causal_softmax", &fastreduce::causal_softmax);
 }

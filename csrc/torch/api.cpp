@@ -117,9 +117,14 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_with_lse(const at::Tensor& inpu
                             label_smoothing);
 }
 
+// A loss that will be differentiated gets its gradient from the forward's
+// one read of the logits (the backward only scales it).
 at::Tensor cross_entropy(const at::Tensor& input, const at::Tensor& target, std::string_view reduction,
                          int64_t ignore_index, double label_smoothing) {
-  return std::get<0>(cross_entropy_with_lse(input, target, reduction, ignore_index, label_smoothing));
+  const c10::string_view how(reduction.data(), reduction.size());
+  if ((how == "mean" || how == "sum") && input.requires_grad() && at::GradMode::is_enabled())
+    return std::get<0>(call_cross_entropy_with_grad(input, target, how, ignore_index, label_smoothing));
+  return std::get<0>(call_cross_entropy(input, target, how, ignore_index, label_smoothing));
 }
 
 }  // namespace fastreduce

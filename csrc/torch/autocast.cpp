@@ -121,6 +121,14 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_autocast(const at::Tensor& inpu
   return call_cross_entropy(to_float<Device>(input), target, reduction, ignore_index, label_smoothing);
 }
 
+template <DeviceType Device>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_with_grad_autocast(
+    const at::Tensor& input, const at::Tensor& target, c10::string_view reduction, int64_t ignore_index,
+    double label_smoothing) {
+  AutocastOff<Device> off;
+  return call_cross_entropy_with_grad(to_float<Device>(input), target, reduction, ignore_index, label_smoothing);
+}
+
 }  // namespace
 
 // As F.linear (lower_precision_fp): the matmuls run in the autocast dtype;
@@ -148,6 +156,7 @@ void register_autocast_cuda(torch::Library& m) {
   m.impl("layer_norm", &layer_norm_autocast<cuda>);
   m.impl("add_layer_norm", &add_layer_norm_autocast<cuda>);
   m.impl("cross_entropy", &cross_entropy_autocast<cuda>);
+  m.impl("_cross_entropy_with_grad", &cross_entropy_with_grad_autocast<cuda>);
   m.impl("fused_linear_cross_entropy", &fused_linear_cross_entropy_autocast<cuda>);
 }
 
@@ -155,6 +164,7 @@ void register_autocast_cpu(torch::Library& m) {
   constexpr auto cpu = DeviceType::CPU;
   m.impl("prod", &prod_fp32_autocast<cpu>);
   m.impl("cross_entropy", &cross_entropy_autocast<cpu>);
+  m.impl("_cross_entropy_with_grad", &cross_entropy_with_grad_autocast<cpu>);
   m.impl("fused_linear_cross_entropy", &fused_linear_cross_entropy_autocast<cpu>);
 }
 

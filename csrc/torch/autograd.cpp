@@ -275,11 +275,9 @@ struct CausalSoftmaxFunction {
 };
 
 // fused_linear_cross_entropy with reduction mean or sum: the forward already
-// computed the loss's gradients; the backward scales them in place by the
-// incoming gradient, on the device and not at all when it is 1 (a copy of
-// grad_weight would be the largest allocation of the step). So a second
-// backward through one call (retain_graph) is refused rather than scaled
-// twice. lse has no gradient here.
+// computed the loss's gradients (a copy of grad_weight would be the largest
+// allocation of the step); the backward scales them (scale_once). lse has no
+// gradient here.
 struct FusedLinearCrossEntropyFunction {
   using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
   static constexpr const char* kName = "fastreduce::FusedLinearCrossEntropyBackward";
@@ -293,18 +291,54 @@ struct FusedLinearCrossEntropyFunction {
                    const std::optional<at::Tensor>& bias, c10::string_view, int64_t, double, std::optional<double>) {
     const auto& [loss, lse, grad_hidden, grad_weight, grad_bias] = out;
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    ctx->saved_data["scaled"] = false;
-    ctx->save_for_backward({grad_hidden, grad_weight, grad_bias});
+    save_to_scale(ctx, {grad_hidden, grad_weight, grad_bias});
     ctx->mark_non_differentiable({lse, grad_hidden, grad_weight, grad_bias});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    TORCH_CHECK(!ctx->saved_data["scaled"].toBool(),
-                "fused_linear_cross_entropy: a second backward through the same call is not supported (its "
-                "gradients are computed in the forward and scaled in place by the first)");
-    ctx->saved_data["scaled"] = true;
-    auto saved = ctx->get_saved_variables();
-    for (auto& grad : saved) call_scale_unless_one(grad, grads[0]);
+    auto saved = scale_once(ctx, grads[0], "fused_linear_cross_entropy");
     return {saved[0], saved[1], {}, ctx->saved_data["has_bias"].toBool() ? saved[2] : at::Tensor(), {}, {}, {}, {}};
+  }
+};
+
+// cross_entropy (mean or sum) whose gradient the forward computed from its
+// one read of the logits: the Python wrapper and the C++ API take it when
+// the loss will be differentiated and lse is not wanted. The backward
+// scales it (scale_once).
+struct CrossEntropyWithGradFunction {
+  static constexpr const char* kName = "fastreduce::CrossEntropyBackward";
+  static Tensors3 op_call(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+                          int64_t ignore_index, double label_smoothing) {
+    return call_cross_entropy_with_grad(input, target, reduction, ignore_index, label_smoothing);
+  }
+  static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor&, const at::Tensor&, c10::string_view,
+                   int64_t, double) {
+    const auto& [loss, lse, grad] = out;
+    save_to_scale(ctx, {grad});
+    ctx->mark_non_differentiable({lse, grad});
+  }
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
+    return {scale_once(ctx, grads[0], "cross_entropy")[0], {}, {}, {}, {}};
+  }
+};
+
+// The same with the gradient written over the logits
+// (cross_entropy(..., inplace_backward=True)): the logits' version moves on,
+// so a node that saved them refuses to run on what is now the gradient.
+struct CrossEntropyGradOverLogitsFunction {
+  static constexpr const char* kName = "fastreduce::CrossEntropyBackward";
+  static Tensors2 op_call(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+                          int64_t ignore_index, double label_smoothing) {
+    auto out = call_cross_entropy_with_grad_inplace(input, target, reduction, ignore_index, label_smoothing);
+    torch::autograd::impl::bump_version(input);
+    return out;
+  }
+  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& input, const at::Tensor&,
+                   c10::string_view, int64_t, double) {
+    save_to_scale(ctx, {input});
+    ctx->mark_non_differentiable({std::get<1>(out)});
+  }
+  static variable_list backward(NodeContext* ctx, variable_list grads) {
+    return {scale_once(ctx, grads[0], "cross_entropy")[0], {}, {}, {}, {}};
   }
 };
 
@@ -365,6 +399,8 @@ void register_autograd(torch::Library& m) {
   m.impl("add_layer_norm", &Autograd<AddLayerNormFunction>::kernel);
   m.impl("add_rms_norm", &Autograd<AddRmsNormFunction>::kernel);
   m.impl("cross_entropy", &Autograd<CrossEntropyFunction>::kernel);
+  m.impl("_cross_entropy_with_grad", &Autograd<CrossEntropyWithGradFunction>::kernel);
+  m.impl("_cross_entropy_with_grad_", &Autograd<CrossEntropyGradOverLogitsFunction>::kernel);
   m.impl("softmax", &Autograd<SoftmaxFunction>::kernel);
   m.impl("causal_softmax", &Autograd<CausalSoftmaxFunction>::kernel);
   m.impl("fused_linear_cross_entropy", &fused_linear_cross_entropy_autograd);

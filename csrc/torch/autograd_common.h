@@ -7,6 +7,7 @@
 
 #include "autograd_node.h"
 #include "common.h"
+#include "dispatch.h"
 
 namespace fastreduce {
 
@@ -45,6 +46,28 @@ inline void save_input_and_result(NodeContext* ctx, const at::Tensor& result, co
                                   at::IntArrayRef dim, bool keepdim) {
   save_dims(ctx, self, dim, keepdim);
   ctx->save_for_backward({self, result});
+}
+
+// A loss whose gradients the forward computed: the backward scales them in
+// place by the incoming gradient, on the device and not at all when it is 1.
+// So a second backward through one call (retain_graph) is refused rather
+// than scaled twice.
+inline void save_to_scale(NodeContext* ctx, variable_list grads) {
+  ctx->saved_data["scaled"] = false;
+  ctx->save_for_backward(std::move(grads));
+}
+inline variable_list scale_once(NodeContext* ctx, const at::Tensor& grad_out, const char* op) {
+  variable_list saved = ctx->get_saved_variables();  // torch's error when they were released
+  TORCH_CHECK(!ctx->saved_data["scaled"].toBool(), op,
+              ": a second backward through the same call is not supported (its gradient is computed in the "
+              "forward and scaled in place by the first)");
+  ctx->saved_data["scaled"] = true;
+  for (auto& grad : saved) {
+    if (!grad.defined()) continue;
+    grad = grad.detach();
+    call_scale_unless_one(grad, grad_out);
+  }
+  return saved;
 }
 
 // Autograd of var/std/var_mean/std_mean, logsumexp, norm and aminmax

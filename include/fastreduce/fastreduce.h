@@ -86,7 +86,9 @@ at::Tensor causal_softmax(const at::Tensor& scores, double scale = 1.0);
 
 // As torch.nn.functional.cross_entropy over (N, C) logits and (N,) class
 // indices; the _with_lse form also returns each row's logsumexp (float32),
-// differentiable, for a z-loss.
+// differentiable, for a z-loss. When cross_entropy's loss (mean or sum) will
+// be differentiated, its gradient comes from the forward's one read of the
+// logits and the backward only scales it (so one backward per call).
 at::Tensor cross_entropy(const at::Tensor& input, const at::Tensor& target, std::string_view reduction = "mean",
                          int64_t ignore_index = -100, double label_smoothing = 0.0);
 std::tuple<at::Tensor, at::Tensor> cross_entropy_with_lse(const at::Tensor& input, const at::Tensor& target,
