@@ -16,7 +16,7 @@ bytes the op must move (forward: read x, write y; forward + backward adds
 the backward's reads and writes) in kernel time; the copy rate of this H100
 is 3024 GB/s (ANCHORS.md).
 
-    python3 bench/peers.py [--ops rms_norm,softmax] [--dtypes bfloat16] [--append]
+    python3 bench/peers.py [--ops rms_norm,softmax] [--dtypes bfloat16] [--widths 65536] [--append]
 
 --append adds this run's cells to the last run's JSON (a bench split over
 several calls of a GPU machine) and prints the table of all of them.
@@ -41,10 +41,13 @@ from common import RESULTS_DIR, environment, header, progress, save_json  # noqa
 
 COPY_GBS = 3024.0
 ROWS = [(8192, 768), (8192, 1600), (8192, 4096), (32768, 1024), (4096, 8192)]
+# Very wide rows (wide hidden sizes, long-vocabulary softmax), 2^27 elements each.
+WIDE = [(8192, 16384), (2048, 65536), (512, 262144)]
 SHAPES = {
-    "layer_norm": ROWS, "rms_norm": ROWS, "add_layer_norm": ROWS, "add_rms_norm": ROWS, "softmax": ROWS,
+    "layer_norm": ROWS + WIDE, "rms_norm": ROWS + WIDE, "add_layer_norm": ROWS, "add_rms_norm": ROWS,
+    "softmax": ROWS + WIDE,
     "causal_softmax": [(64, 1024, 1024), (16, 2048, 2048)],
-    "cross_entropy": [(8192, 50304), (4096, 128256)],
+    "cross_entropy": [(8192, 50304), (4096, 128256), (2048, 262144)],
 }
 # Elements moved per element of the input: (forward, forward + backward).
 TRAFFIC = {"layer_norm": (2, 5), "rms_norm": (2, 5), "add_layer_norm": (4, 8), "add_rms_norm": (4, 8),
@@ -192,9 +195,9 @@ def step(fn, inputs, backward: bool):
     return run
 
 
-def measure(defs, ops, dtypes, meter):
+def measure(defs, ops, dtypes, widths, meter):
     cells = [(op, shape, dtype, backward) for op in ops for dtype in dtypes for shape in SHAPES[op]
-             for backward in (False, True)]
+             if widths is None or shape[-1] in widths for backward in (False, True)]
     rows = []
     for op, shape, dtype, backward in progress(cells, "peers"):
         names, impls = defs[op]
@@ -252,6 +255,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", default=",".join(SHAPES))
     parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--widths", help="only the shapes of these row widths, e.g. 65536,262144")
     parser.add_argument("--append", action="store_true")
     args = parser.parse_args()
     torch._dynamo.config.cache_size_limit = 256
@@ -269,7 +273,8 @@ def main():
             rows = json.load(f)["cells"]
     title = "### fastreduce against its peers (µs; vs best: the best peer's time over ours)\n\n"
     for op in args.ops.split(","):  # saved after each op: a run cut short keeps what it measured
-        new = measure(defs, [op], [getattr(torch, d) for d in args.dtypes.split(",")], meter)
+        widths = args.widths and {int(w) for w in args.widths.split(",")}
+        new = measure(defs, [op], [getattr(torch, d) for d in args.dtypes.split(",")], widths, meter)
         done = {(c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) for c in new}
         rows = [c for c in rows if (c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) not in done] + new
         text = title + table_markdown(*table(rows))
