@@ -262,12 +262,14 @@ def test_more_rows_than_one_wave(dtype):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000])
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 65536, 65537, 262144])
 def test_long_rows(dtype, n):
     # Rows past 1024 run one block per row with the row in registers (16-byte
-    # packs up to 8192 floats or 16384 halves, element-wise up to 2048), the
-    # shared-memory kernels beyond: 2049 and 12000 floats take those. 6144
-    # floats: 48 KiB of dynamic shared memory, past the limit with the static.
+    # packs up to 8192 floats or 16384 halves, element-wise up to 2048), a
+    # cluster of 2-16 blocks per row beyond on Hopper (12000 floats: 2;
+    # 262144 floats: 16), the shared-memory kernels otherwise (2049, 65537:
+    # no packs). 6144 floats: 48 KiB of dynamic shared memory, past the limit
+    # with the static.
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
@@ -390,7 +392,7 @@ def torch_add_norm(kind, x, r, shape, w, b, eps):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1, 33, 768, 1500, 4096, 20000])
+@pytest.mark.parametrize("n", [1, 33, 768, 1500, 4096, 20000, 65536, 262144])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_add_norm_forward_and_backward(device, dtype, n, kind):
     rows = 3 if n > 4096 else 29

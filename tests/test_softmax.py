@@ -137,10 +137,11 @@ def test_more_rows_than_one_wave(dtype):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000])
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 65536, 65537, 262144])
 def test_long_rows(dtype, n):
-    # Rows past 1024 run one block per row with the row in registers, the
-    # shared-memory kernels beyond (as layer_norm's, test_norms.py).
+    # Rows past 1024 run one block per row with the row in registers, a
+    # cluster of blocks or the shared-memory kernels beyond (as layer_norm's,
+    # test_norms.py).
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     g = torch.randn(6, n, device="cuda")
 

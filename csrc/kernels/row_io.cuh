@@ -2,13 +2,16 @@
 // cross-entropy): which threads share a row, and how a row gets from global
 // memory to them. Three ways:
 // - in registers as the 16-byte packs it was read in (RowThreads,
-//   load_packs): one warp per row (rows up to 1024) or one block per row
-//   (up to 512 threads of 4 packs: 8192 floats, 16384 bf16), every load in
-//   flight before the first reduction;
+//   load_packs): one warp per row (rows up to 1024), one block per row
+//   (up to 512 threads of 4 packs: 8192 floats, 16384 bf16) or, on Hopper,
+//   one cluster of blocks per row (up to 8 blocks of 16 packs a thread),
+//   every load in flight before the first reduction;
 // - staged in the warp's slice of shared memory with cp.async (short rows);
 // - one block per row, cached in shared memory as the accumulator type when
 //   it fits, streamed from global memory on each pass otherwise (Row).
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include "block_reduce.cuh"
 
@@ -77,15 +80,54 @@ __device__ __forceinline__ int64_t warp_row(int64_t rows) {
 // each covers 8192 floats or 16384 bf16.
 constexpr int kRowThreadsMax = 512;
 
-// The threads that share a row: one warp (kWarpRows) or the whole block.
+// A launch in clusters of blocks (sm_90) gives each cluster one row: the
+// cluster's size and this block's place in it (1 and 0 without clusters).
+__device__ __forceinline__ int cluster_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+#else
+  return 1;
+#endif
+}
+__device__ __forceinline__ int cluster_block_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+  return 0;
+#endif
+}
+
+// Every block's value of the cluster combined through distributed shared
+// memory, in the same order in every block, so all of them hold the same
+// bits. One cluster barrier per exchange: successive exchanges alternate
+// between two slots, so a slot is rewritten only after the barrier of the
+// exchange between, which no block passes before it has read all of them
+// (RowThreads::leave keeps each block until the last reads are done).
+template <typename Op, typename A>
+__device__ A cluster_allreduce(A value, int turn) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  __shared__ A slots[2];
+  const cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) slots[turn & 1] = value;
+  cluster.sync();
+  value = Op::identity();
+  for (unsigned r = 0; r < cluster.num_blocks(); ++r)
+    value = Op::combine(value, *cluster.map_shared_rank(&slots[turn & 1], r));
+#endif
+  return value;
+}
+
+// The threads that share a row: one warp (kWarpRows), the whole block, or
+// every block of a cluster (block rows launched in clusters).
 template <bool kWarpRows>
 struct RowThreads {
   int64_t row;  // -1 past the last row (kernels that walk several rows set it)
   int rank, count;
   __device__ explicit RowThreads(int64_t rows)
-      : row(kWarpRows ? warp_row(rows) : int64_t(blockIdx.x)),
-        rank(kWarpRows ? threadIdx.x % kWarpSize : threadIdx.x),
-        count(kWarpRows ? kWarpSize : blockDim.x) {}
+      : row(kWarpRows ? warp_row(rows) : int64_t(blockIdx.x / cluster_blocks())),
+        rank(kWarpRows ? threadIdx.x % kWarpSize : cluster_block_rank() * blockDim.x + threadIdx.x),
+        count(kWarpRows ? kWarpSize : cluster_blocks() * blockDim.x) {}
   __device__ int group(int p) const { return p * count + rank; }
   template <typename Op, typename A>
   __device__ A allreduce(A value) const {
@@ -93,9 +135,21 @@ struct RowThreads {
       return warp_allreduce<Op>(value);
     } else {
       __shared__ A scratch[kWarpSize];
-      return block_allreduce<Op>(value, scratch);
+      value = block_allreduce<Op>(value, scratch);
+      return in_cluster() ? cluster_allreduce<Op>(value, exchanges_++) : value;
     }
   }
+  // Called last by every thread of a kernel that may run in clusters: a
+  // block leaves only when the others have read its shared memory.
+  __device__ void leave() const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (in_cluster()) cooperative_groups::this_cluster().sync();
+#endif
+  }
+
+ private:
+  __device__ bool in_cluster() const { return !kWarpRows && count != int(blockDim.x); }
+  mutable int exchanges_ = 0;
 };
 
 template <bool kWarpRows>

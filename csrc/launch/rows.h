@@ -145,12 +145,67 @@ cudaError_t with_block_lanes(int64_t n, std::initializer_list<const void*> buffe
   });
 }
 
-// Launches kernel_for(kPacks, kVec) on `blocks` blocks as with_block_lanes
-// picks them.
+inline bool cluster_launch_supported() {
+  int device = 0, supported = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported;
+}
+
+// Rows beyond one block's registers, where thread-block clusters exist: a
+// cluster of 2 to 16 blocks of kRowThreadsMax threads per row, 4 packs a
+// thread, else 8 (16 spill), in the smallest cluster that holds the row; 16
+// blocks is beyond the portable cluster size, so last (RowThreads combines
+// the blocks' sums in distributed shared memory). Calls f(kPacks, kVec,
+// cluster blocks) or returns fallback().
+template <typename T, typename F, typename Fallback>
+cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
+  constexpr int kVec = Vec16<T>::kSize;
+  if (!packable<T>(n, buffers) || !cluster_launch_supported()) return fallback();
+  cudaError_t result = cudaErrorInvalidValue;
+  auto try_packs = [&](auto packs, std::initializer_list<int> clusters) {
+    for (int cluster : clusters) {
+      if (n / kVec > int64_t(cluster) * kRowThreadsMax * decltype(packs)::value) continue;
+      result = f(packs, std::integral_constant<int, kVec>{}, cluster);
+      return true;
+    }
+    return false;
+  };
+  if (try_packs(std::integral_constant<int, 4>{}, {2, 4, 8}) || try_packs(std::integral_constant<int, 8>{}, {8, 16}))
+    return result;
+  return fallback();
+}
+
+// Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
+// of blocks each, as with_block_lanes or with_cluster_lanes pick them.
 template <typename T, typename KernelFor, typename Args, typename Fallback>
 cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
                                std::initializer_list<const void*> buffers, cudaStream_t stream,
                                KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
+  auto in_clusters = [&] {
+    return with_cluster_lanes<T>(
+        n, buffers,
+        [&](auto packs, auto vec, int cluster) {
+          const auto kernel = kernel_for(packs, vec);
+          if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
+          if (cluster > 8) {
+            const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            if (set != cudaSuccess) return set;
+          }
+          cudaLaunchAttribute attribute{};
+          attribute.id = cudaLaunchAttributeClusterDimension;
+          attribute.val.clusterDim.x = unsigned(cluster);
+          attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+          cudaLaunchConfig_t config{};
+          config.gridDim = dim3(unsigned(blocks * cluster));
+          config.blockDim = dim3(kRowThreadsMax);
+          config.dynamicSmemBytes = shared_bytes;
+          config.stream = stream;
+          config.attrs = &attribute;
+          config.numAttrs = 1;
+          return std::apply([&](auto... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, args);
+        },
+        fallback);
+  };
   return with_block_lanes<T>(
       n, buffers,
       [&](auto packs, auto vec, int threads) {
@@ -159,7 +214,7 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
         std::apply([&](auto... a) { kernel<<<blocks, threads, shared_bytes, stream>>>(a...); }, args);
         return cudaGetLastError();
       },
-      fallback);
+      in_clusters);
 }
 
 // One block per row with `slots` rows of n accumulators cached in shared
