@@ -286,6 +286,22 @@ def test_long_rows(dtype, n):
         error_vs_reference(ours, theirs, reference)
 
 
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_more_wide_rows_than_resident_clusters(dtype):
+    # Wide rows run in clusters of blocks (Hopper): 600 rows of 65536 are
+    # many more clusters than are resident at once.
+    n = 65536
+    x = (torch.randn(600, n, device="cuda") * 3 + 1).to(dtype)
+    w = torch.randn(n, device="cuda").to(dtype)
+    b = torch.randn(n, device="cuda").to(dtype)
+    error_vs_reference(fr.layer_norm(x, n, w, b), F.layer_norm(x, [n], w, b),
+                       F.layer_norm(x.double(), [n], w.double(), b.double()))
+    error_vs_reference(fr.rms_norm(x, n, w, 1e-6), F.rms_norm(x, [n], w, 1e-6),
+                       F.rms_norm(x.double(), [n], w.double(), 1e-6))
+
+
 # 1, 33: element-wise rows; 200, 768: warp rows; 1500, 4096: block rows in
 # registers; 20000: past the registers (shared memory or streamed).
 RMS_WIDTHS = [1, 33, 200, 768, 1500, 4096, 20000]

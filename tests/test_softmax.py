@@ -157,6 +157,22 @@ def test_long_rows(dtype, n):
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_more_wide_rows_than_resident_clusters(dtype):
+    # As test_norms.py's: 600 rows of 65536, many more clusters than resident.
+    x = (torch.randn(600, 65536, device="cuda") * 3).to(dtype).requires_grad_()
+    g = torch.randn(600, 65536, device="cuda").to(dtype)
+    as_double = x.detach().double().requires_grad_()
+    results = []
+    for f, t in ((fr.softmax, x), (lambda t: torch.softmax(t, -1), x), (lambda t: torch.softmax(t, -1), as_double)):
+        y = f(t)
+        results.append((y, torch.autograd.grad(y, t, g.to(y.dtype))[0]))
+    for ours, theirs, reference in zip(*results):
+        error_vs_reference(ours, theirs, reference)
+
+
+@requires_cuda
+@pytest.mark.cuda
 def test_long_causal_rows_read_only_lower_triangle():
     t = 1100
     scores = torch.randn(2, t, t, device="cuda")
