@@ -98,11 +98,11 @@ __device__ __forceinline__ int cluster_block_rank() {
 }
 
 // Every block's value of the cluster combined through distributed shared
-// memory, in the same order in every block, so all of them hold the same
-// bits. One cluster barrier per exchange: successive exchanges alternate
-// between two slots, so a slot is rewritten only after the barrier of the
-// exchange between, which no block passes before it has read all of them
-// (RowThreads::leave keeps each block until the last reads are done).
+// memory, the same bits in every block. One cluster barrier per exchange:
+// successive exchanges alternate between two slots, so a slot is rewritten
+// only after the barrier of the exchange between, which no block passes
+// before it has read all of them (RowThreads::leave keeps each block until
+// the last reads are done).
 template <typename Op, typename A>
 __device__ A cluster_allreduce(A value, int turn) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -111,9 +111,12 @@ __device__ A cluster_allreduce(A value, int turn) {
   const cg::cluster_group cluster = cg::this_cluster();
   if (threadIdx.x == 0) slots[turn & 1] = value;
   cluster.sync();
-  value = Op::identity();
-  for (unsigned r = 0; r < cluster.num_blocks(); ++r)
-    value = Op::combine(value, *cluster.map_shared_rank(&slots[turn & 1], r));
+  // Lane r of every warp reads block r's value: one round trip of distributed
+  // shared memory rather than one per block, then the same butterfly in
+  // every warp of every block.
+  const unsigned lane = threadIdx.x % kWarpSize;
+  value = lane < cluster.num_blocks() ? *cluster.map_shared_rank(&slots[turn & 1], lane) : Op::identity();
+  value = warp_allreduce<Op>(value);
 #endif
   return value;
 }
