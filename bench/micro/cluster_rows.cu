@@ -7,8 +7,7 @@
 // bash bench/micro/run.sh cluster_rows. NOTES.md keeps what it showed.
 #include <cuda_bf16.h>
 
-#include "../../csrc/kernels/norm_kernels.cuh"
-#include "probe.cuh"
+#include "norm_rows.cuh"
 
 using namespace fastreduce;
 
@@ -43,29 +42,15 @@ void run(Timer& timer, NormForwardArgs<T> a, float copy, int threads, int cluste
 
 template <typename Math>
 void shape(Timer& timer, int64_t rows, int64_t n, const char* name) {
-  using A = float;
-  T *x, *y, *w, *b;
-  A *mean, *rstd;
-  CHECK(cudaMalloc(&x, rows * n * sizeof(T)));
-  CHECK(cudaMalloc(&y, rows * n * sizeof(T)));
-  CHECK(cudaMalloc(&w, n * sizeof(T)));
-  CHECK(cudaMalloc(&b, n * sizeof(T)));
-  CHECK(cudaMalloc(&mean, rows * 16 * sizeof(A)));
-  CHECK(cudaMalloc(&rstd, rows * 16 * sizeof(A)));
-  fill_uniform<<<1024, 256>>>(x, rows * n, 1u, -0.5f, 2.0f);
-  fill_uniform<<<64, 256>>>(w, n, 2u, -0.5f, 2.0f);
-  fill_uniform<<<64, 256>>>(b, n, 3u, -0.5f, 2.0f);
-  NormForwardArgs<T> a{};
-  a.x = x, a.weight = w, a.bias = Math::kCentered ? b : nullptr, a.y = y, a.mean = mean, a.rstd = rstd;
-  a.rows = rows, a.n = n, a.eps = A(1e-5);
-  const float copy = timer.copy_us(x, y, rows * n * int64_t(sizeof(T)));
+  const NormRows<T, Math> buffers(rows, n, rows * 16);  // room for the unclustered rows' statistics
+  const NormForwardArgs<T> a = buffers.args;
+  const float copy = timer.copy_us(buffers.x, buffers.y, buffers.bytes());
   std::printf("| %s | (%lld, %lld) | copy | | | | %.1f | 100%% | |\n", name, (long long)rows, (long long)n, copy);
   for (int threads : {256, 512})
     for (int cluster : {2, 4, 8, 16}) {
       run<4, Math>(timer, a, copy, threads, cluster, name);
       run<8, Math>(timer, a, copy, threads, cluster, name);
     }
-  for (void* p : {(void*)x, (void*)y, (void*)w, (void*)b, (void*)mean, (void*)rstd}) CHECK(cudaFree(p));
 }
 
 int main() {

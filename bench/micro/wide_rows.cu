@@ -4,31 +4,17 @@
 // bash bench/micro/run.sh wide_rows. NOTES.md keeps what it showed.
 #include <cuda_bf16.h>
 
-#include "../../csrc/kernels/norm_kernels.cuh"
-#include "probe.cuh"
+#include "norm_rows.cuh"
 
 using namespace fastreduce;
 
 template <typename T, typename Math>
 void run(Timer& timer, int64_t rows, int64_t n, const char* dtype) {
-  using A = opmath_t<T>;
   constexpr int kVec = 16 / sizeof(T);
   constexpr bool kCentered = Math::kCentered;
-  T *x, *y, *w, *b;
-  A *mean, *rstd;
-  CHECK(cudaMalloc(&x, rows * n * sizeof(T)));
-  CHECK(cudaMalloc(&y, rows * n * sizeof(T)));
-  CHECK(cudaMalloc(&w, n * sizeof(T)));
-  CHECK(cudaMalloc(&b, n * sizeof(T)));
-  CHECK(cudaMalloc(&mean, rows * sizeof(A)));
-  CHECK(cudaMalloc(&rstd, rows * sizeof(A)));
-  fill_uniform<<<1024, 256>>>(x, rows * n, 1u, -0.5f, 2.0f);
-  fill_uniform<<<64, 256>>>(w, n, 2u, -0.5f, 2.0f);
-  fill_uniform<<<64, 256>>>(b, n, 3u, -0.5f, 2.0f);
-  NormForwardArgs<T> a{};
-  a.x = x, a.weight = w, a.bias = kCentered ? b : nullptr, a.y = y, a.mean = mean, a.rstd = rstd;
-  a.rows = rows, a.n = n, a.eps = A(1e-5);
-  const float copy = timer.copy_us(x, y, rows * n * int64_t(sizeof(T)));
+  const NormRows<T, Math> buffers(rows, n, rows);
+  const NormForwardArgs<T> a = buffers.args;
+  const float copy = timer.copy_us(buffers.x, buffers.y, buffers.bytes());
   const int groups = int(n / kVec);
   auto time = [&](auto kernel, int packs) {
     const int threads = (groups + packs - 1) / packs;
@@ -39,7 +25,6 @@ void run(Timer& timer, int64_t rows, int64_t n, const char* dtype) {
   const float two = time(norm_forward_lanes_kernel<T, 2, kVec, false, Math>, 2);
   std::printf("| %s | %s | (%lld, %lld) | %.1f | %.1f | %.1f |\n", kCentered ? "layer_norm" : "rms_norm", dtype,
               (long long)rows, (long long)n, copy, four, two);
-  for (void* p : {(void*)x, (void*)y, (void*)w, (void*)b, (void*)mean, (void*)rstd}) CHECK(cudaFree(p));
 }
 
 int main() {
