@@ -4,7 +4,7 @@
 // - in registers as the 16-byte packs it was read in (RowThreads,
 //   load_packs): one warp per row (rows up to 1024), one block per row
 //   (up to 512 threads of 4 packs: 8192 floats, 16384 bf16) or, on Hopper,
-//   one cluster of blocks per row (up to 8 blocks of 16 packs a thread),
+//   one cluster of blocks per row (up to 16 blocks of 8 packs a thread),
 //   every load in flight before the first reduction;
 // - staged in the warp's slice of shared memory with cp.async (short rows);
 // - one block per row, cached in shared memory as the accumulator type when
