@@ -272,9 +272,10 @@ def main():
         with open(path) as f:
             rows = json.load(f)["cells"]
     title = "### fastreduce against its peers (µs; vs best: the best peer's time over ours)\n\n"
+    widths = args.widths and {int(w) for w in args.widths.split(",")}
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     for op in args.ops.split(","):  # saved after each op: a run cut short keeps what it measured
-        widths = args.widths and {int(w) for w in args.widths.split(",")}
-        new = measure(defs, [op], [getattr(torch, d) for d in args.dtypes.split(",")], widths, meter)
+        new = measure(defs, [op], dtypes, widths, meter)
         done = {(c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) for c in new}
         rows = [c for c in rows if (c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) not in done] + new
         text = title + table_markdown(*table(rows))
