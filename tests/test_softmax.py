@@ -158,6 +158,19 @@ def test_long_rows(dtype, n):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [12000, 65536, 262144])
+def test_wide_rows_of_huge_logits(dtype, n):
+    # A row maximum past 2^24 takes a second maximum: a third exchange between
+    # the blocks of a cluster, reusing the first one's inbox.
+    # Around 2^25 float32 steps by 4 (the top few share the row), bfloat16
+    # by 2^17 (every entry the same: each block's sum counts).
+    x = (2.0**25 + torch.randn(6, n, device="cuda") * 8).to(dtype)
+    error_vs_reference(fr.softmax(x, -1), torch.softmax(x, -1), torch.softmax(x.double(), -1))
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_wide_rows_than_resident_clusters(dtype):
     # As test_norms.py's: 600 rows of 65536, many more clusters than resident.
     x = (torch.randn(600, 65536, device="cuda") * 3).to(dtype).requires_grad_()

@@ -216,7 +216,6 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
     if constexpr (kCentered) a.mean[threads.row] = mean;
     a.rstd[threads.row] = rstd;
   }
-  threads.leave();
 }
 
 // dx with x, dy and weight in registers; row group k (a warp, or a block)

@@ -14,6 +14,7 @@
 #include <cooperative_groups.h>
 
 #include "block_reduce.cuh"
+#include "cluster_exchange.cuh"
 
 namespace fastreduce {
 
@@ -97,32 +98,10 @@ __device__ __forceinline__ int cluster_block_rank() {
 #endif
 }
 
-// Every block's value of the cluster combined through distributed shared
-// memory, the same bits in every block. One cluster barrier per exchange:
-// successive exchanges alternate between two slots, so a slot is rewritten
-// only after the barrier of the exchange between, which no block passes
-// before it has read all of them (RowThreads::leave keeps each block until
-// the last reads are done).
-template <typename Op, typename A>
-__device__ A cluster_allreduce(A value, int turn) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  __shared__ A slots[2];
-  const cg::cluster_group cluster = cg::this_cluster();
-  if (threadIdx.x == 0) slots[turn & 1] = value;
-  cluster.sync();
-  // Lane r of every warp reads block r's value: one round trip of distributed
-  // shared memory rather than one per block, then the same butterfly in
-  // every warp of every block.
-  const unsigned lane = threadIdx.x % kWarpSize;
-  value = lane < cluster.num_blocks() ? *cluster.map_shared_rank(&slots[turn & 1], lane) : Op::identity();
-  value = warp_allreduce<Op>(value);
-#endif
-  return value;
-}
-
 // The threads that share a row: one warp (kWarpRows), the whole block, or
-// every block of a cluster (block rows launched in clusters).
+// every block of a cluster (block rows launched in clusters). In a cluster,
+// every block makes the same exchanges, at least one (the first waits for
+// the barrier that publishes the inboxes: cluster_exchange.cuh).
 template <bool kWarpRows>
 struct RowThreads {
   int64_t row;  // -1 past the last row (kernels that walk several rows set it)
@@ -130,7 +109,11 @@ struct RowThreads {
   __device__ explicit RowThreads(int64_t rows)
       : row(kWarpRows ? warp_row(rows) : int64_t(blockIdx.x / cluster_blocks())),
         rank(kWarpRows ? threadIdx.x % kWarpSize : cluster_block_rank() * blockDim.x + threadIdx.x),
-        count(kWarpRows ? kWarpSize : cluster_blocks() * blockDim.x) {}
+        count(kWarpRows ? kWarpSize : cluster_blocks() * blockDim.x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (in_cluster()) cluster::open_inboxes();
+#endif
+  }
   __device__ int group(int p) const { return p * count + rank; }
   template <typename Op, typename A>
   __device__ A allreduce(A value) const {
@@ -139,15 +122,12 @@ struct RowThreads {
     } else {
       __shared__ A scratch[kWarpSize];
       value = block_allreduce<Op>(value, scratch);
-      return in_cluster() ? cluster_allreduce<Op>(value, exchanges_++) : value;
-    }
-  }
-  // Called last by every thread of a kernel that may run in clusters: a
-  // block leaves only when the others have read its shared memory.
-  __device__ void leave() const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (in_cluster()) cooperative_groups::this_cluster().sync();
+      const int blocks = count / int(blockDim.x);
+      if (in_cluster()) return cluster::allreduce<Op>(value, exchanges_++, blocks, rank / int(blockDim.x));
 #endif
+      return value;
+    }
   }
 
  private:

@@ -106,7 +106,6 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
     normalise([&](A v) { return exp_shifted(mul_rn(scale, v), top_natural); });
   }
-  threads.leave();
 }
 
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after,
@@ -141,7 +140,6 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     }
     out[threads.group(p)] = result;
   }
-  threads.leave();
 }
 
 // NaN needs no special care: it makes the sum, and so the whole row, NaN, as in torch.

@@ -152,11 +152,11 @@ inline bool cluster_launch_supported() {
 }
 
 // Rows beyond one block's registers, where thread-block clusters exist: a
-// cluster of 2 to 16 blocks of kRowThreadsMax threads per row, 4 packs a
-// thread, else 8 (16 spill), in the smallest cluster that holds the row; 16
-// blocks is beyond the portable cluster size, so last (RowThreads combines
-// the blocks' sums in distributed shared memory). Calls f(kPacks, kVec,
-// cluster blocks) or returns fallback().
+// cluster of 2 to 16 blocks of kRowThreadsMax threads per row, in the
+// smallest cluster that holds the row at 4 packs a thread (two blocks fit an
+// SM), else 16 blocks of 8 packs (16 spill). RowThreads combines the blocks'
+// sums in distributed shared memory. Calls f(kPacks, kVec, cluster blocks)
+// or returns fallback().
 template <typename T, typename F, typename Fallback>
 cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
   constexpr int kVec = Vec16<T>::kSize;
@@ -170,7 +170,7 @@ cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buf
     }
     return false;
   };
-  if (try_packs(std::integral_constant<int, 4>{}, {2, 4, 8}) || try_packs(std::integral_constant<int, 8>{}, {8, 16}))
+  if (try_packs(std::integral_constant<int, 4>{}, {2, 4, 8, 16}) || try_packs(std::integral_constant<int, 8>{}, {16}))
     return result;
   return fallback();
 }

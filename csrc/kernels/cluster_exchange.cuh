@@ -1,0 +1,100 @@
+// How the blocks of a thread-block cluster (sm_90) that share a row combine
+// their sums: each block pushes its value into every block's inbox with
+// st.async, which counts the bytes landed on the receiving block's
+// mbarrier; a block waits on its own barrier only. One trip through
+// distributed shared memory per exchange, and no cluster-wide barrier but
+// the one that publishes the inboxes, whose wait is the first exchange's
+// (the row's loads are in flight by then).
+#pragma once
+
+#include <cstdint>
+
+#include "block_reduce.cuh"
+
+namespace fastreduce {
+
+// Clusters hold at most 16 blocks (beyond 8 with the non-portable opt-in).
+constexpr int kClusterBlocksMax = 16;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+namespace cluster {
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The address in block `rank`'s shared memory of what is at `local` in ours.
+__device__ __forceinline__ uint32_t in_block(uint32_t local, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+
+__device__ __forceinline__ void arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void wait() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
+
+__device__ __forceinline__ void store_async(uint32_t remote, float value, uint32_t remote_barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+               :: "r"(remote), "r"(__float_as_uint(value)), "r"(remote_barrier) : "memory");
+}
+__device__ __forceinline__ void store_async(uint32_t remote, double value, uint32_t remote_barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+               :: "r"(remote), "l"(__double_as_longlong(value)), "r"(remote_barrier) : "memory");
+}
+
+// Two inboxes that successive exchanges alternate between, each with the
+// barrier that completes a phase when every block's value has landed.
+struct Inboxes {
+  alignas(8) unsigned char values[2][kClusterBlocksMax * sizeof(double)];
+  uint64_t landed[2];
+};
+
+__device__ __forceinline__ Inboxes& inboxes() {
+  __shared__ Inboxes boxes;
+  return boxes;
+}
+
+// Every thread of every block of the cluster, before any exchange: the
+// barriers initialised, and published by the arrival that exchange 0 waits
+// for.
+__device__ __forceinline__ void open_inboxes() {
+  if (threadIdx.x == 0) {
+    Inboxes& boxes = inboxes();
+    for (uint64_t& landed : boxes.landed)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(shared_address(&landed)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  arrive_relaxed();
+}
+
+// Exchange `turn` (0, 1, ...) of the value every thread of the block holds:
+// every block's value, in block order, combined by Op (the same bits in
+// every block). A box is refilled two turns later, which no block reaches
+// before every block has read it: a block's push of the turn between
+// follows its reads (the barrier in the block reduction before it).
+template <typename Op, typename A>
+__device__ A allreduce(A value, int turn, int blocks, int rank) {
+  Inboxes& boxes = inboxes();
+  const int box = turn & 1;
+  A* const values = reinterpret_cast<A*>(boxes.values[box]);
+  const uint32_t landed = shared_address(&boxes.landed[box]);
+  if (turn == 0) wait();
+  if (threadIdx.x == 0)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(landed), "r"(uint32_t(blocks * sizeof(A))) : "memory");
+  if (int(threadIdx.x) < blocks)
+    store_async(in_block(shared_address(values + rank), threadIdx.x), value, in_block(landed, threadIdx.x));
+  const uint32_t parity = (turn >> 1) & 1;
+  for (uint32_t done = 0; !done;)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(landed), "r"(parity) : "memory");
+  const int lane = threadIdx.x % kWarpSize;
+  return warp_allreduce<Op>(lane < blocks ? values[lane] : Op::identity());
+}
+
+}  // namespace cluster
+
+#endif
+
+}  // namespace fastreduce
