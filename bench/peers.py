@@ -8,7 +8,8 @@ Two timings per cell, both medians:
   the call launches, the L2 evicted before it by a read the sum leaves out);
 - call µs: CUDA events around one call as a user makes it, started with the
   device idle and the L2 evicted, so the launch and the host work of the
-  call count too.
+  call count too; the implementations take turns, call by call, so that the
+  host's drift (tens of µs at short rows) reaches them alike.
 Peak MiB: the growth of max_memory_allocated over one call beyond its
 inputs, the previous call's gradients freed. "vs best" is the best peer's
 time over fastreduce's (above 1: fastreduce is faster); GB/s counts the
@@ -134,20 +135,24 @@ class Meter:
     def evict_l2(self):
         torch.ops.fastreduce._read_probe(self.flush)
 
-    def call_us(self, fn, reps=15, warmup=3):
-        for _ in range(warmup):
-            fn()
-        times = []
+    def call_us(self, fns: dict, reps=21, warmup=1):
+        """Median per-call µs of each function, taken in turns (a, b, c, a, b, c, ...)
+        so that the host's slow drift reaches every implementation alike."""
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn()
+        times = {name: [] for name in fns}
         for _ in range(reps):
-            self.evict_l2()
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            begin.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(begin.elapsed_time(end) * 1e3)
-        return statistics.median(times)
+            for name, fn in fns.items():
+                self.evict_l2()
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                begin.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times[name].append(begin.elapsed_time(end) * 1e3)
+        return {name: statistics.median(t) for name, t in times.items()}
 
     def kernel_us(self, fn, reps=3):
         from torch.profiler import ProfilerActivity, profile
@@ -204,15 +209,20 @@ def measure(defs, ops, dtypes, widths, meter):
         inputs = make_inputs(names, shape, dtype, backward)
         result = {"op": op, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
                   "pass": "fwd+bwd" if backward else "fwd", "call_us": {}, "kernel_us": {}, "peak_mib": {}}
+        runs = {}
         for impl, fn in impls.items():
             try:
-                run = step(fn, inputs, backward)
-                result["call_us"][impl] = meter.call_us(run)
-                result["kernel_us"][impl] = meter.kernel_us(run)
-                result["peak_mib"][impl] = meter.peak_mib(run)
+                runs[impl] = step(fn, inputs, backward)
+                for _ in range(3):  # compiled, autotuned and cached before anything is timed
+                    runs[impl]()
+                result["kernel_us"][impl] = meter.kernel_us(runs[impl])
+                result["peak_mib"][impl] = meter.peak_mib(runs[impl])
             except Exception as error:  # a peer that cannot run the cell: recorded, not fatal
                 result.setdefault("failed", {})[impl] = f"{type(error).__name__}: {str(error)[:120]}"
-            torch.cuda.empty_cache()
+                runs.pop(impl, None)
+        result["call_us"] = meter.call_us(runs)
+        del runs
+        torch.cuda.empty_cache()
         elements = 1
         for s in shape:
             elements *= s

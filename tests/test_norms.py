@@ -288,6 +288,62 @@ def test_long_rows(dtype, n):
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [12000, 65536, 262144])
+@pytest.mark.parametrize("affine", [False, True])
+def test_wide_rms_rows(dtype, n, affine):
+    # rms_norm's forward and backward across a cluster of blocks (12000
+    # floats: 2, 65536 bf16: 4, 262144 bf16: 16), with and without a weight.
+    x = (torch.randn(5, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
+    w = torch.randn(n, device="cuda").to(dtype).requires_grad_() if affine else None
+    g = torch.randn(5, n, device="cuda")
+    leaves = [t for t in (x, w) if t is not None]
+
+    def grads(f, *inputs):
+        out = f(*inputs)
+        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
+
+    def with_weight(norm):
+        return (lambda t, v: norm(t, v)) if affine else (lambda t: norm(t, None))
+
+    as_double = [t.detach().double().requires_grad_() for t in leaves]
+    for ours, theirs, reference in zip(grads(with_weight(lambda t, v: fr.rms_norm(t, n, v)), *leaves),
+                                       grads(with_weight(lambda t, v: F.rms_norm(t, [n], v)), *leaves),
+                                       grads(with_weight(lambda t, v: F.rms_norm(t, [n], v)), *as_double)):
+        error_vs_reference(ours, theirs, reference)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_block_rows_walked_with_prefetch(kind):
+    # 300 rows of 16384 bf16: one block per SM walks 3 rows, staging the next
+    # row's x and dy while it reduces this one's (the weight and bias
+    # gradients fused into the walk).
+    n = 16384
+    x = (torch.randn(300, n, device="cuda") * 3 + 1).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(n, device="cuda").to(torch.bfloat16).requires_grad_()
+    b = torch.randn(n, device="cuda").to(torch.bfloat16).requires_grad_()
+    g = torch.randn(300, n, device="cuda").to(torch.bfloat16)
+    leaves = (x, w, b) if kind == "layer" else (x, w)
+
+    def ours(*t):
+        return fr.layer_norm(t[0], n, *t[1:]) if kind == "layer" else fr.rms_norm(t[0], n, t[1])
+
+    def theirs(*t):
+        return F.layer_norm(t[0], [n], *t[1:]) if kind == "layer" else F.rms_norm(t[0], [n], t[1])
+
+    def grads(f, *inputs):
+        out = f(*inputs)
+        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
+
+    as_double = [t.detach().double().requires_grad_() for t in leaves]
+    for mine, torch_s, reference in zip(grads(ours, *leaves), grads(theirs, *leaves), grads(theirs, *as_double)):
+        error_vs_reference(mine, torch_s, reference)
+
+
+@requires_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_wide_rows_than_resident_clusters(dtype):
     # Wide rows run in clusters of blocks (Hopper): 600 rows of 65536 are

@@ -218,8 +218,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
   }
 }
 
-// dx with x, dy and weight in registers; row group k (a warp, or a block)
-// takes rows [k * rows_per_group, (k + 1) * rows_per_group). With
+// dx with x, dy and weight in registers; row group k (a warp, a block or a
+// cluster) takes rows [k * rows_per_group, (k + 1) * rows_per_group). With
 // `partial_w` each group also sums dy * xhat (and dy) over its rows into its
 // own row_cache() slots of shared memory, each column added to only by the
 // thread that holds it, and the block writes one partial row each of
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
       }
   Pack scales[kPacks];
   if (a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
-  const int64_t group_index = kWarpRows ? blockIdx.x * int64_t(slots) + slot : blockIdx.x;
+  const int64_t group_index = kWarpRows ? blockIdx.x * int64_t(slots) + slot : blockIdx.x / cluster_blocks();
   const int64_t first = group_index * a.rows_per_group;
   const int64_t last = first + a.rows_per_group < a.rows ? first + a.rows_per_group : a.rows;
   // A block walks its rows one after another: without a prefetch its loads
@@ -346,9 +346,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (threads.group(p) < groups) {
-        reinterpret_cast<Sums*>(a.partial_w + blockIdx.x * int64_t(n))[threads.group(p)] = sums_w[threads.group(p)];
-        if (bias)
-          reinterpret_cast<Sums*>(a.partial_b + blockIdx.x * int64_t(n))[threads.group(p)] = sums_b[threads.group(p)];
+        reinterpret_cast<Sums*>(a.partial_w + group_index * n)[threads.group(p)] = sums_w[threads.group(p)];
+        if (bias) reinterpret_cast<Sums*>(a.partial_b + group_index * n)[threads.group(p)] = sums_b[threads.group(p)];
       }
   }
 }

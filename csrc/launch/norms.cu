@@ -62,7 +62,10 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
     const size_t shared = 2 * slot_bytes;
     if (known && block_lane_threads(n / vec) != 0 && shared + kStaticSharedBytes <= size_t(per_block)) {
       const int warps = block_lane_threads(n / vec) / kWarpSize;
-      const int64_t blocks_per_sm = std::clamp(kLongRowWarpsPerSm / warps, 2, 8);
+      // No more blocks than the SM's shared memory holds: a second wave of
+      // them would walk its rows without the prefetch.
+      const int64_t blocks_per_sm = std::min<int64_t>(std::clamp(kLongRowWarpsPerSm / warps, 2, 8),
+                                                      std::max<int64_t>(1, per_sm / (shared + kStaticSharedBytes + 1024)));
       const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, sm_count * blocks_per_sm));
       const int64_t chunks = ceil_div(rows, rows_per_chunk);
       // The next row's x and dy staged too (16-byte packs), where the SM
@@ -101,7 +104,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
                              std::make_tuple(a));
   };
   if (n > kWarpRowMax)
-    return launch_block_lanes<T>(
+    return launch_block_lanes<T, 8>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
         [](auto packs, auto vec) {
           return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>;
@@ -159,12 +162,15 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
                     fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
   } else {
-    err = with_block_lanes<T>(
-        n, buffers,
-        [&](auto packs, auto vec, int threads) {
-          return launch(norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>,
-                        fused ? plan.chunks : rows, threads);
+    // Rows past one block run a cluster each, never fused (the plan fuses
+    // only rows that fit a block), at 4 packs a thread: x, dy and the weight
+    // at 8 would spill.
+    err = launch_block_lanes<T, 4>(
+        fused ? plan.chunks : rows, shared, n, buffers, stream,
+        [](auto packs, auto vec) {
+          return norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>;
         },
+        std::make_tuple(lanes),
         [&] {
           return launch_block_rows(norm_backward_block_kernel<T, Math>, 2, sizeof(A), rows, n, stream,
                                    std::make_tuple(a));

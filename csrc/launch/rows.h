@@ -154,10 +154,10 @@ inline bool cluster_launch_supported() {
 // Rows beyond one block's registers, where thread-block clusters exist: a
 // cluster of 2 to 16 blocks of kRowThreadsMax threads per row, in the
 // smallest cluster that holds the row at 4 packs a thread (two blocks fit an
-// SM), else 16 blocks of 8 packs (16 spill). RowThreads combines the blocks'
-// sums in distributed shared memory. Calls f(kPacks, kVec, cluster blocks)
-// or returns fallback().
-template <typename T, typename F, typename Fallback>
+// SM), else 16 blocks of 8 packs (16 spill) where kMaxPacks allows.
+// RowThreads combines the blocks' sums in distributed shared memory. Calls
+// f(kPacks, kVec, cluster blocks) or returns fallback().
+template <typename T, int kMaxPacks, typename F, typename Fallback>
 cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
   constexpr int kVec = Vec16<T>::kSize;
   if (!packable<T>(n, buffers) || !cluster_launch_supported()) return fallback();
@@ -170,19 +170,20 @@ cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buf
     }
     return false;
   };
-  if (try_packs(std::integral_constant<int, 4>{}, {2, 4, 8, 16}) || try_packs(std::integral_constant<int, 8>{}, {16}))
-    return result;
+  if (try_packs(std::integral_constant<int, 4>{}, {2, 4, 8, 16})) return result;
+  if constexpr (kMaxPacks >= 8)
+    if (try_packs(std::integral_constant<int, 8>{}, {16})) return result;
   return fallback();
 }
 
 // Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
 // of blocks each, as with_block_lanes or with_cluster_lanes pick them.
-template <typename T, typename KernelFor, typename Args, typename Fallback>
+template <typename T, int kMaxPacks, typename KernelFor, typename Args, typename Fallback>
 cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
                                std::initializer_list<const void*> buffers, cudaStream_t stream,
                                KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
   auto in_clusters = [&] {
-    return with_cluster_lanes<T>(
+    return with_cluster_lanes<T, kMaxPacks>(
         n, buffers,
         [&](auto packs, auto vec, int cluster) {
           const auto kernel = kernel_for(packs, vec);

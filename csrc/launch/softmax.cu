@@ -27,7 +27,7 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
         return launch_staged_rows(softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
                                   row_args);
       });
-    return launch_block_lanes<T>(
+    return launch_block_lanes<T, 8>(
         rows, 0, n, {x, y}, stream,
         [](auto packs, auto vec) {
           return softmax_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
@@ -57,7 +57,7 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
         return launch_warp_rows(softmax_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true>,
                                 rows, stream, row_args);
       });
-    return launch_block_lanes<T>(
+    return launch_block_lanes<T, 8>(
         rows, 0, n, {y, dy, dx}, stream,
         [](auto packs, auto vec) {
           return softmax_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
