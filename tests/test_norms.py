@@ -316,15 +316,17 @@ def test_wide_rms_rows(dtype, n, affine):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_block_rows_walked_with_prefetch(kind):
-    # 300 rows of 16384 bf16: one block per SM walks 3 rows, staging the next
-    # row's x and dy while it reduces this one's (the weight and bias
-    # gradients fused into the walk).
-    n = 16384
-    x = (torch.randn(300, n, device="cuda") * 3 + 1).to(torch.bfloat16).requires_grad_()
-    w = torch.randn(n, device="cuda").to(torch.bfloat16).requires_grad_()
-    b = torch.randn(n, device="cuda").to(torch.bfloat16).requires_grad_()
-    g = torch.randn(300, n, device="cuda").to(torch.bfloat16)
+@pytest.mark.parametrize("rows, n, dtype", [(300, 16384, torch.bfloat16), (200, 12000, torch.float32),
+                                            (300, 65536, torch.bfloat16), (40, 262144, torch.bfloat16)])
+def test_wide_rows_walked_with_prefetch(kind, rows, n, dtype):
+    # More rows than row groups: a block (16384 bf16) or a cluster of 2, 4
+    # or 16 blocks (on Hopper) walks several rows, staging the next row's x
+    # and dy while it reduces this one's, the weight and bias gradients summed
+    # on the way.
+    x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
+    w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
+    b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
+    g = torch.randn(rows, n, device="cuda").to(dtype)
     leaves = (x, w, b) if kind == "layer" else (x, w)
 
     def ours(*t):

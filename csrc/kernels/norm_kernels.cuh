@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
 // cluster) takes rows [k * rows_per_group, (k + 1) * rows_per_group). With
 // `partial_w` each group also sums dy * xhat (and dy) over its rows into its
 // own row_cache() slots of shared memory, each column added to only by the
-// thread that holds it, and the block writes one partial row each of
-// partial_w/partial_b[blockIdx.x] (warps: their slots folded in warp order,
+// thread that holds it, and the group writes one partial row each of
+// partial_w/partial_b[its index] (warps: their slots folded in warp order,
 // so the sums are bitwise reproducible): x and dy are read once for all
 // three gradients, with no atomics. A fold of the partial rows follows.
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
@@ -236,15 +236,18 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
   const int n = static_cast<int>(a.n), groups = n / kVec;
   const int slot = kWarpRows ? threadIdx.x / kWarpSize : 0;
   const int slots = kWarpRows ? blockDim.x / kWarpSize : 1;
-  Sums* const sums_w = reinterpret_cast<Sums*>(row_cache<A>(slot, n));
-  Sums* const sums_b = reinterpret_cast<Sums*>(row_cache<A>(slots + slot, n));
+  // Elements of the row this block holds: its shared-memory slots hold as
+  // many (a cluster's block, its share).
+  const int share = kWarpRows ? n : min(n, kPacks * int(blockDim.x) * kVec);
+  Sums* const sums_w = reinterpret_cast<Sums*>(row_cache<A>(slot, share));
+  Sums* const sums_b = reinterpret_cast<Sums*>(row_cache<A>(slots + slot, share));
   const bool params = a.partial_w != nullptr, bias = a.partial_b != nullptr;
   if (params)
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (threads.group(p) < groups) {
-        sums_w[threads.group(p)] = Sums{};
-        if (bias) sums_b[threads.group(p)] = Sums{};
+        sums_w[threads.local(p)] = Sums{};
+        if (bias) sums_b[threads.local(p)] = Sums{};
       }
   Pack scales[kPacks];
   if (a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
@@ -258,16 +261,20 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
   // last reduction's barrier orders the two).
   constexpr bool kCanPrefetch = !kWarpRows && sizeof(Pack) == 16;
   const bool prefetch = kCanPrefetch && a.prefetch;
-  Pack* const stage_x = reinterpret_cast<Pack*>(row_cache<A>(2, n));
-  Pack* const stage_dy = stage_x + groups;
+  Pack* const stage_x = reinterpret_cast<Pack*>(row_cache<A>(2, share));
+  Pack* const stage_dy = stage_x + share / kVec;
   auto stage_row = [&](int64_t row) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int g = threads.group(p);
       if (g >= groups) continue;
-      copy16_async(stage_x + g, reinterpret_cast<const Pack*>(a.x + row * a.n) + g);
-      copy16_async(stage_dy + g, reinterpret_cast<const Pack*>(a.dy + row * a.n) + g);
+      copy16_async(stage_x + threads.local(p), reinterpret_cast<const Pack*>(a.x + row * a.n) + g);
+      copy16_async(stage_dy + threads.local(p), reinterpret_cast<const Pack*>(a.dy + row * a.n) + g);
     }
+  };
+  auto load_staged = [&](const Pack* stage, Pack(&packs)[kPacks]) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < groups ? stage[threads.local(p)] : Pack{};
   };
   if (prefetch && first < last) stage_row(first);
   for (threads.row = first; threads.row < last; ++threads.row) {
@@ -275,8 +282,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
     Pack xs[kPacks], gs[kPacks];
     if (prefetch) {
       wait_async_copies();
-      load_packs(threads, stage_x, groups, xs);
-      load_packs(threads, stage_dy, groups, gs);
+      load_staged(stage_x, xs);
+      load_staged(stage_dy, gs);
     } else {
       load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, xs);
       load_packs(threads, reinterpret_cast<const Pack*>(a.dy + offset), groups, gs);
@@ -317,15 +324,16 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
       }
       out[g] = result;
       if (params) {
-        Sums w = sums_w[g];
+        const int mine = threads.local(p);
+        Sums w = sums_w[mine];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) w.elem[j] += static_cast<A>(gs[p].elem[j]) * xhat_at(p, j);
-        sums_w[g] = w;
+        sums_w[mine] = w;
         if (bias) {
-          Sums b = sums_b[g];
+          Sums b = sums_b[mine];
 #pragma unroll
           for (int j = 0; j < kVec; ++j) b.elem[j] += static_cast<A>(gs[p].elem[j]);
-          sums_b[g] = b;
+          sums_b[mine] = b;
         }
       }
     }
@@ -346,8 +354,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
       if (threads.group(p) < groups) {
-        reinterpret_cast<Sums*>(a.partial_w + group_index * n)[threads.group(p)] = sums_w[threads.group(p)];
-        if (bias) reinterpret_cast<Sums*>(a.partial_b + group_index * n)[threads.group(p)] = sums_b[threads.group(p)];
+        reinterpret_cast<Sums*>(a.partial_w + group_index * n)[threads.group(p)] = sums_w[threads.local(p)];
+        if (bias) reinterpret_cast<Sums*>(a.partial_b + group_index * n)[threads.group(p)] = sums_b[threads.local(p)];
       }
   }
 }

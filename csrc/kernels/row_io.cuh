@@ -115,6 +115,9 @@ struct RowThreads {
 #endif
   }
   __device__ int group(int p) const { return p * count + rank; }
+  // The p-th pack's place among the packs this block holds of the row (the
+  // same as group(p) unless a cluster shares the row).
+  __device__ int local(int p) const { return kWarpRows ? group(p) : p * int(blockDim.x) + int(threadIdx.x); }
   template <typename Op, typename A>
   __device__ A allreduce(A value) const {
     if constexpr (kWarpRows) {

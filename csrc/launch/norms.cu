@@ -36,6 +36,7 @@ struct ParamGradPlan {
   size_t shared_bytes;     // fused only
   size_t partial_bytes;    // each of the two partial buffers
   bool prefetch = false;   // block rows: shared_bytes include the next row's stage
+  int cluster = 0;         // rows past one block: blocks per cluster (chunks: at most one per SM share)
 };
 
 // `acc`: bytes per accumulator; `vec`: the elements per pack the dx kernel will load (1 where the buffers
@@ -74,6 +75,23 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
       const bool prefetch = vec > 1 && rows_per_chunk > 1 && staged + kStaticSharedBytes <= size_t(per_block) &&
                             blocks_per_sm * (staged + kStaticSharedBytes + 1024) <= size_t(per_sm);
       return {true, chunks, rows_per_chunk, prefetch ? staged : shared, partial_bytes(chunks), prefetch};
+    }
+    // Rows past one block: a cluster of blocks of 4 packs a thread (as
+    // with_cluster_lanes<T, 4> picks it) per chunk, one cluster per
+    // cluster-sized share of the SMs, each block's sums and stage covering
+    // its share of the row.
+    const int64_t block_packs = int64_t(kRowThreadsMax) * 4;
+    int cluster = 2;
+    while (cluster < 16 && int64_t(cluster) * block_packs < n / vec) cluster *= 2;
+    const size_t share_shared = 2 * block_packs * vec * acc;
+    const size_t share_staged = share_shared + 2 * block_packs * 16;
+    if (known && vec > 1 && block_lane_threads(n / vec) == 0 && int64_t(cluster) * block_packs >= n / vec &&
+        cluster_launch_supported() && share_shared + kStaticSharedBytes <= size_t(per_block)) {
+      const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, std::max(1, sm_count / cluster)));
+      const int64_t chunks = ceil_div(rows, rows_per_chunk);
+      const bool prefetch = rows_per_chunk > 1 && share_staged + kStaticSharedBytes <= size_t(per_block);
+      return {true,    chunks,   rows_per_chunk, prefetch ? share_staged : share_shared, partial_bytes(chunks),
+              prefetch, cluster};
     }
   }
   const int64_t tiles = ceil_div(n, kGradTile);
@@ -136,8 +154,19 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   const int64_t rows = a.rows, n = a.n;
   const std::initializer_list<const void*> buffers = {a.x, a.dy, a.dx, a.weight, a.grad_residual};
   const int vec = packable<T>(n, buffers) ? Vec16<T>::kSize : 1;
-  const ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, sm_count);
+  ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, sm_count);
   const bool params = dweight.data != nullptr;
+  if (params && plan.fused && plan.cluster) {
+    // As many chunks as clusters fit at once (fewer than one per SM share
+    // where a GPC's SMs do not divide by the cluster): a second wave of a
+    // few would double the time.
+    const int resident = resident_clusters(norm_backward_lanes_kernel<T, 4, Vec16<T>::kSize, false, Math>,
+                                           plan.cluster, kRowThreadsMax, plan.shared_bytes);
+    if (resident > 0 && resident < plan.chunks) {
+      plan.rows_per_chunk = ceil_div(rows, int64_t(resident));
+      plan.chunks = ceil_div(rows, plan.rows_per_chunk);
+    }
+  }
   auto* bytes_base = static_cast<unsigned char*>(workspace);
   A* const partial_w = params ? reinterpret_cast<A*>(bytes_base) : nullptr;
   A* const partial_b = dbias.data ? reinterpret_cast<A*>(bytes_base + plan.partial_bytes) : nullptr;
@@ -162,9 +191,9 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
                     fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
   } else {
-    // Rows past one block run a cluster each, never fused (the plan fuses
-    // only rows that fit a block), at 4 packs a thread: x, dy and the weight
-    // at 8 would spill.
+    // Rows past one block run in clusters at 4 packs a thread (x, dy and
+    // the weight at 8 would spill): a cluster per row, or per chunk of rows
+    // when fused.
     err = launch_block_lanes<T, 4>(
         fused ? plan.chunks : rows, shared, n, buffers, stream,
         [](auto packs, auto vec) {

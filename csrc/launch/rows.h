@@ -176,6 +176,38 @@ cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buf
   return fallback();
 }
 
+// Lets `kernel` run in clusters of `cluster` blocks with `shared_bytes` of
+// dynamic shared memory each.
+template <typename Kernel>
+cudaError_t allow_clusters(Kernel kernel, int cluster, size_t shared_bytes) {
+  if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
+  if (cluster <= 8) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+
+inline cudaLaunchAttribute cluster_attribute(int cluster) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = unsigned(cluster);
+  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
+// How many clusters of `kernel` run at once on the device: 0 when unknown.
+template <typename Kernel>
+int resident_clusters(Kernel kernel, int cluster, int threads, size_t shared_bytes) {
+  if (allow_clusters(kernel, cluster, shared_bytes) != cudaSuccess) return 0;
+  cudaLaunchAttribute attribute = cluster_attribute(cluster);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = shared_bytes;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int resident = 0;
+  return cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess ? resident : 0;
+}
+
 // Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
 // of blocks each, as with_block_lanes or with_cluster_lanes pick them.
 template <typename T, int kMaxPacks, typename KernelFor, typename Args, typename Fallback>
@@ -187,15 +219,8 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
         n, buffers,
         [&](auto packs, auto vec, int cluster) {
           const auto kernel = kernel_for(packs, vec);
-          if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
-          if (cluster > 8) {
-            const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-            if (set != cudaSuccess) return set;
-          }
-          cudaLaunchAttribute attribute{};
-          attribute.id = cudaLaunchAttributeClusterDimension;
-          attribute.val.clusterDim.x = unsigned(cluster);
-          attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+          if (const cudaError_t set = allow_clusters(kernel, cluster, shared_bytes); set != cudaSuccess) return set;
+          cudaLaunchAttribute attribute = cluster_attribute(cluster);
           cudaLaunchConfig_t config{};
           config.gridDim = dim3(unsigned(blocks * cluster));
           config.blockDim = dim3(kRowThreadsMax);
