@@ -4,13 +4,15 @@
 #   bash bench/micro/run.sh cross_entropy    cross_entropy_passes.cu
 #   bash bench/micro/run.sh wide_rows        wide_rows.cu
 #   bash bench/micro/run.sh cluster_rows     cluster_rows.cu
+#   bash bench/micro/run.sh softmax_rows     softmax_rows.cu
 set -euo pipefail
 cd "$(dirname "$0")"
 case ${1:-} in
   cross_entropy) sources="cross_entropy_passes.cu ../../csrc/launch/cross_entropy.cu" ;;
   wide_rows) sources="wide_rows.cu" ;;
   cluster_rows) sources="cluster_rows.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows" >&2; exit 2 ;;
+  softmax_rows) sources="softmax_rows.cu" ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1"
