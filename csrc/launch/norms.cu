@@ -90,8 +90,8 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
       const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, std::max(1, sm_count / cluster)));
       const int64_t chunks = ceil_div(rows, rows_per_chunk);
       const bool prefetch = rows_per_chunk > 1 && share_staged + kStaticSharedBytes <= size_t(per_block);
-      return {true,    chunks,   rows_per_chunk, prefetch ? share_staged : share_shared, partial_bytes(chunks),
-              prefetch, cluster};
+      const size_t shared_bytes = prefetch ? share_staged : share_shared;
+      return {true, chunks, rows_per_chunk, shared_bytes, partial_bytes(chunks), prefetch, cluster};
     }
   }
   const int64_t tiles = ceil_div(n, kGradTile);
