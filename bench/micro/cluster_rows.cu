@@ -7,6 +7,7 @@
 // bash bench/micro/run.sh cluster_rows. NOTES.md keeps what it showed.
 #include <cuda_bf16.h>
 
+#include "../../csrc/launch/rows.h"
 #include "norm_rows.cuh"
 
 using namespace fastreduce;
@@ -18,18 +19,14 @@ template <int kPacks, typename Math>
 void run(Timer& timer, NormForwardArgs<T> a, float copy, int threads, int cluster, const char* name) {
   const auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, false, Math>;
   if (int64_t(threads) * kPacks * kVec * cluster < a.n) return;  // the row does not fit
-  if (cluster > 8) CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = unsigned(cluster);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  CHECK(rows::allow_clusters(kernel, cluster, 0));
+  cudaLaunchAttribute attribute = rows::cluster_attribute(cluster);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(a.rows * cluster));
   config.blockDim = dim3(unsigned(threads));
   config.attrs = &attribute;
   config.numAttrs = 1;
-  int resident = 0;
-  CHECK(cudaOccupancyMaxActiveClusters(&resident, kernel, &config));
+  const int resident = rows::resident_clusters(kernel, cluster, threads, 0);
   const float clustered = timer.median_us([&] { CHECK(cudaLaunchKernelEx(&config, kernel, a)); });
   // The same blocks, each on a row of its share alone.
   NormForwardArgs<T> alone = a;

@@ -81,12 +81,11 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
     // cluster-sized share of the SMs, each block's sums and stage covering
     // its share of the row.
     const int64_t block_packs = int64_t(kRowThreadsMax) * 4;
-    int cluster = 2;
-    while (cluster < 16 && int64_t(cluster) * block_packs < n / vec) cluster *= 2;
+    const int cluster = smallest_cluster(n / vec, 4);
     const size_t share_shared = 2 * block_packs * vec * acc;
     const size_t share_staged = share_shared + 2 * block_packs * 16;
-    if (known && vec > 1 && block_lane_threads(n / vec) == 0 && int64_t(cluster) * block_packs >= n / vec &&
-        cluster_launch_supported() && share_shared + kStaticSharedBytes <= size_t(per_block)) {
+    if (known && vec > 1 && block_lane_threads(n / vec) == 0 && cluster != 0 && cluster_launch_supported() &&
+        share_shared + kStaticSharedBytes <= size_t(per_block)) {
       const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, std::max(1, sm_count / cluster)));
       const int64_t chunks = ceil_div(rows, rows_per_chunk);
       const bool prefetch = rows_per_chunk > 1 && share_staged + kStaticSharedBytes <= size_t(per_block);

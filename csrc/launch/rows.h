@@ -151,6 +151,14 @@ inline bool cluster_launch_supported() {
          cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported;
 }
 
+// The fewest blocks (2, 4, 8 or 16) of kRowThreadsMax threads, `packs` each,
+// that hold a row of `groups` packs: 0 when 16 do not.
+inline int smallest_cluster(int64_t groups, int packs) {
+  for (int cluster = 2; cluster <= 16; cluster *= 2)
+    if (groups <= int64_t(cluster) * kRowThreadsMax * packs) return cluster;
+  return 0;
+}
+
 // Rows beyond one block's registers, where thread-block clusters exist: a
 // cluster of 2 to 16 blocks of kRowThreadsMax threads per row, in the
 // smallest cluster that holds the row at 4 packs a thread (two blocks fit an
@@ -161,18 +169,10 @@ template <typename T, int kMaxPacks, typename F, typename Fallback>
 cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
   constexpr int kVec = Vec16<T>::kSize;
   if (!packable<T>(n, buffers) || !cluster_launch_supported()) return fallback();
-  cudaError_t result = cudaErrorInvalidValue;
-  auto try_packs = [&](auto packs, std::initializer_list<int> clusters) {
-    for (int cluster : clusters) {
-      if (n / kVec > int64_t(cluster) * kRowThreadsMax * decltype(packs)::value) continue;
-      result = f(packs, std::integral_constant<int, kVec>{}, cluster);
-      return true;
-    }
-    return false;
-  };
-  if (try_packs(std::integral_constant<int, 4>{}, {2, 4, 8, 16})) return result;
+  constexpr auto vec = std::integral_constant<int, kVec>{};
+  if (const int cluster = smallest_cluster(n / kVec, 4)) return f(std::integral_constant<int, 4>{}, vec, cluster);
   if constexpr (kMaxPacks >= 8)
-    if (try_packs(std::integral_constant<int, 8>{}, {16})) return result;
+    if (smallest_cluster(n / kVec, 8) == 16) return f(std::integral_constant<int, 8>{}, vec, 16);
   return fallback();
 }
 
