@@ -57,9 +57,11 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
-// Softmax (causal: `valid` = row % causal + 1 entries) with the row in
-// registers; only the valid entries are read.
-template <typename T, int kPacks, int kVec, bool kWarpRows>
+// Softmax with the row in registers, converted to A once and overwritten by
+// its exponentials, so each element costs one exp2 (a second pass of exp2 and
+// conversions cost 10-25% at rows of 1600-8192 bf16: bench/micro/softmax_rows).
+// kCausal: row % causal + 1 entries are valid and only they are read.
+template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     softmax_forward_lanes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
                                  opmath_t<T> scale) {
@@ -67,50 +69,63 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   using Pack = VecN<T, kVec>;
   const RowThreads<kWarpRows> threads(rows);
   if (threads.row < 0) return;
-  const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
-  Pack packs[kPacks];
-  load_valid_packs(threads, x + threads.row * n, valid, packs);
+  const int valid = kCausal ? static_cast<int>(threads.row % causal) + 1 : n;
+  A v[kPacks][kVec];
+  {
+    Pack packs[kPacks];
+    if constexpr (kCausal) load_valid_packs(threads, x + threads.row * n, valid, packs);
+    else load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), n / kVec, packs);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[p][j] = static_cast<A>(packs[p].elem[j]);
+  }
+  auto in_row = [&](int p, int j) {
+    return kCausal ? threads.group(p) * kVec + j < valid : threads.group(p) < n / kVec;
+  };
   auto for_each_valid = [&](auto&& f) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
 #pragma unroll
       for (int j = 0; j < kVec; ++j)
-        if (threads.group(p) * kVec + j < valid) f(static_cast<A>(packs[p].elem[j]));
+        if (in_row(p, j)) f(v[p][j]);
   };
   const A scale2 = scale * static_cast<A>(kLog2e);
   A top = -std::numeric_limits<A>::infinity();
-  for_each_valid([&](A v) { top = max_acc(top, scale2 * v); });
+  for_each_valid([&](A e) { top = max_acc(top, scale2 * e); });
   top = threads.template allreduce<MaxOp<A>>(top);
-  auto normalise = [&](auto exp_of) {
-    A sum = 0;
-    for_each_valid([&](A v) { sum += exp_of(v); });
-    const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
-    Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int g = threads.group(p);
-      if (g >= n / kVec) continue;
-      Pack result;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        result.elem[j] =
-            static_cast<T>(g * kVec + j < valid ? exp_of(static_cast<A>(packs[p].elem[j])) * inv : A(0));
-      out[g] = result;
-    }
-  };
   if (fma_shift_in_range(top)) {
-    normalise([&](A v) { return exp2_acc(scale2 * v - top); });
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[p][j] = exp2_acc(scale2 * v[p][j] - top);
   } else {
     A top_natural = -std::numeric_limits<A>::infinity();
-    for_each_valid([&](A v) { top_natural = max_acc(top_natural, mul_rn(scale, v)); });
+    for_each_valid([&](A e) { top_natural = max_acc(top_natural, mul_rn(scale, e)); });
     top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
-    normalise([&](A v) { return exp_shifted(mul_rn(scale, v), top_natural); });
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[p][j] = exp_shifted(mul_rn(scale, v[p][j]), top_natural);
+  }
+  A sum = 0;
+  for_each_valid([&](A e) { sum += e; });
+  const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
+  Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int g = threads.group(p);
+    if (g >= n / kVec) continue;
+    Pack result;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(!kCausal || in_row(p, j) ? v[p][j] * inv : A(0));
+    out[g] = result;
   }
 }
 
-// dx = scale * y * (dy - sum(y * dy)) over the valid entries, zeros after,
-// with y and dy in registers.
-template <typename T, int kPacks, int kVec, bool kWarpRows>
+// dx = scale * y * (dy - sum(y * dy)) over the valid entries (kCausal as
+// above), zeros after, with y and dy in registers.
+template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     softmax_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
                                   int64_t rows, int n, int64_t causal, opmath_t<T> scale) {
@@ -118,10 +133,15 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   using Pack = VecN<T, kVec>;
   const RowThreads<kWarpRows> threads(rows);
   if (threads.row < 0) return;
-  const int valid = causal ? static_cast<int>(threads.row % causal) + 1 : n;
+  const int valid = kCausal ? static_cast<int>(threads.row % causal) + 1 : n;
   Pack ys[kPacks], gs[kPacks];
-  load_valid_packs(threads, y + threads.row * n, valid, ys);
-  load_valid_packs(threads, dy + threads.row * n, valid, gs);
+  if constexpr (kCausal) {
+    load_valid_packs(threads, y + threads.row * n, valid, ys);
+    load_valid_packs(threads, dy + threads.row * n, valid, gs);
+  } else {
+    load_packs(threads, reinterpret_cast<const Pack*>(y + threads.row * n), n / kVec, ys);
+    load_packs(threads, reinterpret_cast<const Pack*>(dy + threads.row * n), n / kVec, gs);
+  }
   A dot = 0;  // entries past `valid` are zero packs
 #pragma unroll
   for (int p = 0; p < kPacks; ++p)
@@ -136,21 +156,24 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const A product = scale * static_cast<A>(ys[p].elem[j]) * (static_cast<A>(gs[p].elem[j]) - dot);
-      result.elem[j] = static_cast<T>(threads.group(p) * kVec + j < valid ? product : A(0));
+      result.elem[j] = static_cast<T>(!kCausal || threads.group(p) * kVec + j < valid ? product : A(0));
     }
     out[threads.group(p)] = result;
   }
 }
 
+// Causal rows of up to 1024, staged in the warp's slice of shared memory:
+// a row in registers leaves the lanes past its diagonal idle, staging keeps
+// more rows in flight per SM (bf16 (64, 1024, 1024): 73 against 101 µs).
 // NaN needs no special care: it makes the sum, and so the whole row, NaN, as in torch.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks<T>)
-    softmax_forward_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
-                                opmath_t<T> scale) {
+    softmax_causal_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
+                               opmath_t<T> scale) {
   using A = opmath_t<T>;
   const int64_t row = warp_row(rows);
   if (row < 0) return;
-  const int valid = causal ? static_cast<int>(row % causal) + 1 : n;
+  const int valid = static_cast<int>(row % causal) + 1;
   T* const stage = row_cache<T>(threadIdx.x / kWarpSize, n);  // the warp's slot
   stage_warp_row<kVec>(stage, x + row * n, valid);
   const A scale2 = scale * static_cast<A>(kLog2e);

@@ -90,14 +90,9 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
   const int64_t* target = io.target;
   void *lse = io.lse, *row_loss = io.row_loss, *grad_input = io.grad_input;
   void* kept = static_cast<LossReduction>(shape.reduction) == LossReduction::Mean ? io.kept : nullptr;
-  int device = 0, per_sm_bytes = 0, per_block_bytes = 0;
-  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (const cudaError_t err = cudaDeviceGetAttribute(&per_sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-      err != cudaSuccess)
-    return err;
-  if (const cudaError_t err = cudaDeviceGetAttribute(&per_block_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      err != cudaSuccess)
-    return err;
+  DeviceLimits limits;
+  if (const cudaError_t err = device_limits(limits); err != cudaSuccess) return err;
+  const int per_sm_bytes = limits.shared_per_sm, per_block_bytes = limits.shared_per_block;
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;

@@ -43,12 +43,9 @@ struct ParamGradPlan {
 // are not 16-byte packable).
 ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int sm_count) {
   auto partial_bytes = [&](int64_t chunks) { return (chunks * n * acc + 255) / 256 * 256; };
-  int device = 0, per_block = 0, per_sm = 0;
-  const bool known = cudaGetDevice(&device) == cudaSuccess &&
-                     cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
-                         cudaSuccess &&
-                     cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
-                         cudaSuccess;
+  DeviceLimits limits;
+  const bool known = device_limits(limits) == cudaSuccess;
+  const int per_block = limits.shared_per_block, per_sm = limits.shared_per_sm;
   const size_t slot_bytes = (n * acc + 15) / 16 * 16;  // one row_cache() slot
   if (n <= kWarpRowMax) {
     const size_t shared = 2 * kWarpRowsPerBlock * slot_bytes;

@@ -7,13 +7,17 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <initializer_list>
+#include <mutex>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "../kernels/ceil_div.h"
 #include "../kernels/dtype.h"
 #include "../kernels/row_io.cuh"
+#include "device_limits.h"
 
 namespace fastreduce {
 namespace rows {
@@ -28,12 +32,32 @@ inline int row_threads(int64_t n) {
 // Room the row kernels' static shared scratch takes beside the dynamic bytes.
 constexpr size_t kStaticSharedBytes = 1024;
 
-// Lets `kernel` take `bytes` of dynamic shared memory: beyond 48 KiB with
-// its static scratch it must opt in.
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device,
+// which beyond 48 KiB with its static scratch needs an opt-in. Made once per
+// kernel and device (a driver call per launch otherwise); the allowance only
+// grows, so no launch finds it lowered by a smaller request after its own.
 template <typename Kernel>
 cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
   if (bytes + kStaticSharedBytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  struct Allowed {
+    const void* kernel;
+    int device;
+    size_t bytes;
+  };
+  static std::mutex mutex;
+  static std::vector<Allowed> allowed;
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  const void* const key = reinterpret_cast<const void*>(kernel);
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto entry = std::find_if(allowed.begin(), allowed.end(),
+                            [&](const Allowed& a) { return a.kernel == key && a.device == device; });
+  if (entry != allowed.end() && entry->bytes >= bytes) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (err != cudaSuccess) return err;
+  if (entry != allowed.end()) entry->bytes = bytes;
+  else allowed.push_back({key, device, bytes});
+  return cudaSuccess;
 }
 
 // Dynamic shared memory for `slots` rows of n elements of elem_size bytes, in
@@ -41,11 +65,8 @@ cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
 template <typename Kernel>
 size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t elem_size) {
   const size_t bytes = slots * ((n * elem_size + 15) / 16 * 16);
-  int device = 0, limit = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return 0;
-  if (bytes > size_t(limit) - kStaticSharedBytes) return 0;
+  DeviceLimits limits;
+  if (device_limits(limits) != cudaSuccess || bytes > size_t(limits.shared_per_block) - kStaticSharedBytes) return 0;
   return allow_shared_bytes(kernel, bytes) == cudaSuccess ? bytes : 0;
 }
 
@@ -146,9 +167,8 @@ cudaError_t with_block_lanes(int64_t n, std::initializer_list<const void*> buffe
 }
 
 inline bool cluster_launch_supported() {
-  int device = 0, supported = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported;
+  DeviceLimits limits;
+  return device_limits(limits) == cudaSuccess && limits.cluster_launch;
 }
 
 // The fewest blocks (2, 4, 8 or 16) of kRowThreadsMax threads, `packs` each,

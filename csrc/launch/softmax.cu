@@ -22,15 +22,23 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<T*>(y));
     const auto row_args =
         std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
-    if (n <= kWarpRowMax)
+    if (n <= kWarpRowMax && causal)
       return with_vec<T>(n, {x, y}, [&](auto vec) {
-        return launch_staged_rows(softmax_forward_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
+        return launch_staged_rows(softmax_causal_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
                                   row_args);
+      });
+    if (n <= kWarpRowMax)
+      return with_lanes<T>(n, {x, y}, [&](auto per_lane, auto vec) {
+        constexpr int kVec = decltype(vec)::value;
+        return launch_warp_rows(softmax_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, false>,
+                                rows, stream, row_args);
       });
     return launch_block_lanes<T, 8>(
         rows, 0, n, {x, y}, stream,
-        [](auto packs, auto vec) {
-          return softmax_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+        [&](auto packs, auto vec) {
+          constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
+          return causal ? softmax_forward_lanes_kernel<T, kPacks, kVec, false, true>
+                        : softmax_forward_lanes_kernel<T, kPacks, kVec, false, false>;
         },
         row_args, [&] {
           return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
@@ -53,14 +61,17 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
         std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
-        constexpr int kVec = decltype(vec)::value;
-        return launch_warp_rows(softmax_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true>,
+        constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
+        return launch_warp_rows(causal ? softmax_backward_lanes_kernel<T, kPacks, kVec, true, true>
+                                       : softmax_backward_lanes_kernel<T, kPacks, kVec, true, false>,
                                 rows, stream, row_args);
       });
     return launch_block_lanes<T, 8>(
         rows, 0, n, {y, dy, dx}, stream,
-        [](auto packs, auto vec) {
-          return softmax_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false>;
+        [&](auto packs, auto vec) {
+          constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
+          return causal ? softmax_backward_lanes_kernel<T, kPacks, kVec, false, true>
+                        : softmax_backward_lanes_kernel<T, kPacks, kVec, false, false>;
         },
         row_args, [&] {
           return launch_block_rows(softmax_backward_kernel<T>, 2, sizeof(A), rows, n, stream,

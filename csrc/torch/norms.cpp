@@ -220,8 +220,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
     if (dweight.defined()) dweight.zero_();
     if (dbias.defined()) dbias.zero_();
   }
-  const auto none = input.new_empty({0});
-  return {dx, w ? dweight : none, b ? dbias : none};
+  auto or_none = [&](const at::Tensor* param, const at::Tensor& grad) { return param ? grad : input.new_empty({0}); };
+  return {dx, or_none(w, dweight), or_none(b, dbias)};
 }
 
 constexpr NormOp kLayerNorm{"layer_norm", NormKind::Layer}, kAddLayerNorm{"add_layer_norm", NormKind::Layer};
