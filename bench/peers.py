@@ -18,9 +18,17 @@ the backward's reads and writes) in kernel time; the copy rate of this H100
 is 3024 GB/s (ANCHORS.md).
 
     python3 bench/peers.py [--ops rms_norm,softmax] [--dtypes bfloat16] [--widths 65536] [--append]
+                           [--flush write]
 
 --append adds this run's cells to the last run's JSON (a bench split over
 several calls of a GPU machine) and prints the table of all of them.
+--flush write evicts the L2 by writing 1 GiB instead of reading it: the
+L2 then holds dirty lines (as after a model's previous layer), which a
+kernel's writes must first send to memory; after a read, its writes take
+clean lines for free and may still sit in the L2 when it ends. The two
+rank peers differently at short rows (torch.compile's add + layer_norm at
+(8192, 768) bf16: 14.0 µs after a read, 19-20 after a write). Its JSON is
+peers_write_flush.json.
 """
 
 from __future__ import annotations
@@ -129,11 +137,21 @@ def make_inputs(names: str, shape, dtype, grad: bool):
 
 
 class Meter:
-    def __init__(self):
+    def __init__(self, write_flush: bool = False):
         self.flush = torch.empty(2**28, dtype=torch.float32, device="cuda").uniform_()  # 1 GiB
+        self.write_flush = write_flush
+        # kernel_us splits the profile at the read probes: a write flush is
+        # bracketed by two probes of a few bytes, so that its own kernel
+        # falls between calls.
+        self.marker = self.flush[:1024]
 
     def evict_l2(self):
-        torch.ops.fastreduce._read_probe(self.flush)
+        if self.write_flush:
+            torch.ops.fastreduce._read_probe(self.marker)
+            self.flush.zero_()
+            torch.ops.fastreduce._read_probe(self.marker)
+        else:
+            torch.ops.fastreduce._read_probe(self.flush)
 
     def call_us(self, fns: dict, reps=21, warmup=1):
         """Median per-call µs of each function, taken in turns (a, b, c, a, b, c, ...)
@@ -165,12 +183,13 @@ class Meter:
         per_call = [0.0] * reps
         spans = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         spans.sort(key=lambda e: e.time_range.start)
-        call = -1
+        probes_per_call = 2 if self.write_flush else 1
+        probes = 0
         for e in spans:
             if "read_probe" in e.name:
-                call += 1
-            elif 0 <= call < reps:
-                per_call[call] += e.device_time
+                probes += 1
+            elif probes > 0 and probes % probes_per_call == 0 and probes // probes_per_call <= reps:
+                per_call[probes // probes_per_call - 1] += e.device_time
         return statistics.median(per_call)
 
     @staticmethod
@@ -267,6 +286,7 @@ def main():
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--widths", help="only the shapes of these row widths, e.g. 65536,262144")
     parser.add_argument("--append", action="store_true")
+    parser.add_argument("--flush", choices=["read", "write"], default="read")
     args = parser.parse_args()
     torch._dynamo.config.cache_size_limit = 256
     torch._dynamo.config.accumulated_cache_size_limit = 4096
@@ -275,8 +295,10 @@ def main():
         print("liger-kernel not installed: its column is left out", file=sys.stderr)
     env = environment()
     env["liger"] = importlib.metadata.version("liger-kernel") if lg else None
-    defs, meter = definitions(lg), Meter()
-    path = os.path.join(RESULTS_DIR, "peers.json")
+    env["l2_flush"] = args.flush
+    defs, meter = definitions(lg), Meter(write_flush=args.flush == "write")
+    name = "peers.json" if args.flush == "read" else "peers_write_flush.json"
+    path = os.path.join(RESULTS_DIR, name)
     rows = []
     if args.append and os.path.exists(path):
         with open(path) as f:
@@ -289,7 +311,7 @@ def main():
         done = {(c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) for c in new}
         rows = [c for c in rows if (c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) not in done] + new
         text = title + table_markdown(*table(rows))
-        save_json("peers.json", {"environment": env, "cells": rows, "markdown": text})
+        save_json(name, {"environment": env, "cells": rows, "markdown": text})
     print(header(env))
     print(text)
 
