@@ -90,23 +90,23 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
       for (int j = 0; j < kVec; ++j)
         if (in_row(p, j)) f(v[p][j]);
   };
+  auto map_row = [&](auto&& f) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[p][j] = f(v[p][j]);
+  };
   const A scale2 = scale * static_cast<A>(kLog2e);
   A top = -std::numeric_limits<A>::infinity();
   for_each_valid([&](A e) { top = max_acc(top, scale2 * e); });
   top = threads.template allreduce<MaxOp<A>>(top);
   if (fma_shift_in_range(top)) {
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[p][j] = exp2_acc(scale2 * v[p][j] - top);
+    map_row([&](A e) { return exp2_acc(scale2 * e - top); });
   } else {
     A top_natural = -std::numeric_limits<A>::infinity();
     for_each_valid([&](A e) { top_natural = max_acc(top_natural, mul_rn(scale, e)); });
     top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[p][j] = exp_shifted(mul_rn(scale, v[p][j]), top_natural);
+    map_row([&](A e) { return exp_shifted(mul_rn(scale, e), top_natural); });
   }
   A sum = 0;
   for_each_valid([&](A e) { sum += e; });

@@ -9,6 +9,23 @@ namespace fastreduce {
 
 using namespace rows;
 
+namespace {
+
+// The register kernels of causal or plain rows (plain rows skip the
+// per-element checks).
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+auto forward_lanes(int64_t causal) {
+  return causal ? softmax_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, true>
+                : softmax_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, false>;
+}
+template <typename T, int kPacks, int kVec, bool kWarpRows>
+auto backward_lanes(int64_t causal) {
+  return causal ? softmax_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, true>
+                : softmax_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, false>;
+}
+
+}  // namespace
+
 cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io, cudaStream_t stream) {
   // Locals, not structured bindings: C++17 lambdas cannot capture those.
   const int64_t rows = shape.rows, n = shape.n, causal = shape.causal;
@@ -36,9 +53,7 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     return launch_block_lanes<T, 8>(
         rows, 0, n, {x, y}, stream,
         [&](auto packs, auto vec) {
-          constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
-          return causal ? softmax_forward_lanes_kernel<T, kPacks, kVec, false, true>
-                        : softmax_forward_lanes_kernel<T, kPacks, kVec, false, false>;
+          return forward_lanes<T, decltype(packs)::value, decltype(vec)::value, false>(causal);
         },
         row_args, [&] {
           return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
@@ -61,17 +76,14 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
         std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
-        constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
-        return launch_warp_rows(causal ? softmax_backward_lanes_kernel<T, kPacks, kVec, true, true>
-                                       : softmax_backward_lanes_kernel<T, kPacks, kVec, true, false>,
-                                rows, stream, row_args);
+        constexpr int kVec = decltype(vec)::value;
+        return launch_warp_rows(backward_lanes<T, decltype(per_lane)::value / kVec, kVec, true>(causal), rows, stream,
+                                row_args);
       });
     return launch_block_lanes<T, 8>(
         rows, 0, n, {y, dy, dx}, stream,
         [&](auto packs, auto vec) {
-          constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
-          return causal ? softmax_backward_lanes_kernel<T, kPacks, kVec, false, true>
-                        : softmax_backward_lanes_kernel<T, kPacks, kVec, false, false>;
+          return backward_lanes<T, decltype(packs)::value, decltype(vec)::value, false>(causal);
         },
         row_args, [&] {
           return launch_block_rows(softmax_backward_kernel<T>, 2, sizeof(A), rows, n, stream,
