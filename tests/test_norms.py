@@ -62,22 +62,27 @@ def test_gradcheck(device):
     assert torch.autograd.gradcheck(lambda x: fr.layer_norm(x, 6), (x,))
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
-    requires_cuda, pytest.mark.cuda,
-    pytest.mark.xfail(reason="the CUDA kernels sum float32 rows at the values' scale (NOTES.md)", strict=False)])])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("n", [768, 12000, 40000, 262144])
 def test_rows_far_from_zero(device, dtype, n):
-    # Rows whose mean is far above their spread, and a ramp (on the GPU, a
-    # cluster's blocks with means far apart from 12000 floats; 40000: blocks
-    # holding different counts): the mean must not round at the scale of
-    # the values.
+    # Rows whose mean is far above their spread, and a ramp (on the GPU,
+    # 768: warp rows; 12000: a block's registers; 40000 and 262144: rows
+    # across a cluster): neither the mean nor the output may round at the
+    # scale of the values. With a residual, h = x + residual is the row.
     x = (1000 + torch.randn(6, n, device=device)).to(dtype)
     x[1] = torch.linspace(-50, 3000, n)
     w = torch.randn(n, device=device).to(dtype)
     b = torch.randn(n, device=device).to(dtype)
-    reference = F.layer_norm(x.double(), [n], w.double(), b.double())
-    error_vs_reference(fr.layer_norm(x, n, w, b), F.layer_norm(x, [n], w, b), reference)
+    reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
+    ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
+    theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    for k in range(2):  # out, mean
+        error_vs_reference(ours[k], theirs[k], reference[k])
+    residual = torch.randn_like(x)
+    out, h = fr.add_layer_norm(x, residual, n, w, b)
+    assert torch.equal(h, x + residual)
+    error_vs_reference(out, F.layer_norm(h, [n], w, b), F.layer_norm(h.double(), [n], w.double(), b.double()))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -171,6 +171,28 @@ def test_wide_rows_of_huge_logits(dtype, n):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [12000, 40000, 262144])
+def test_wide_rows_whose_blocks_differ(dtype, n):
+    # Rows across a cluster (40000, 262144) or one block (12000) whose parts
+    # differ: blocks hundreds below the row's maximum (ramps), half a row of
+    # -inf (a block with no finite maximum), and rows torch makes NaN (all
+    # -inf, a NaN, a +inf).
+    x = (torch.randn(7, n, device="cuda") * 3).to(dtype)
+    x[0] = torch.linspace(-400, 20, n)
+    x[1, : n // 2] = float("-inf")
+    x[2] = float("-inf")
+    x[3, n // 3] = float("nan")
+    x[4, n - 1] = float("inf")
+    x[5] = torch.linspace(20, -400, n)
+    ours, theirs = fr.softmax(x, -1), torch.softmax(x, -1)
+    assert ours[2:5].isnan().all() and theirs[2:5].isnan().all()
+    finite = [0, 1, 5, 6]
+    error_vs_reference(ours[finite], theirs[finite], torch.softmax(x[finite].double(), -1))
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_wide_rows_than_resident_clusters(dtype):
     # As test_norms.py's: 600 rows of 65536, many more clusters than resident.
     x = (torch.randn(600, 65536, device="cuda") * 3).to(dtype).requires_grad_()

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "block_reduce.cuh"
 
@@ -34,19 +35,34 @@ __device__ __forceinline__ uint32_t in_block(uint32_t local, int rank) {
 __device__ __forceinline__ void arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 __device__ __forceinline__ void wait() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
 
-__device__ __forceinline__ void store_async(uint32_t remote, float value, uint32_t remote_barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-               :: "r"(remote), "r"(__float_as_uint(value)), "r"(remote_barrier) : "memory");
-}
-__device__ __forceinline__ void store_async(uint32_t remote, double value, uint32_t remote_barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
-               :: "r"(remote), "l"(__double_as_longlong(value)), "r"(remote_barrier) : "memory");
+// Stores `value` (4, 8 or 16 bytes: a float, a double, or a struct of them)
+// at `remote` in another block, counting its bytes on that block's barrier.
+template <typename V>
+__device__ __forceinline__ void store_async(uint32_t remote, const V& value, uint32_t remote_barrier) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "exchanged values are 4, 8 or 16 bytes");
+  if constexpr (sizeof(V) == 4) {
+    uint32_t bits;
+    memcpy(&bits, &value, 4);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 :: "r"(remote), "r"(bits), "r"(remote_barrier) : "memory");
+  } else if constexpr (sizeof(V) == 8) {
+    uint64_t bits;
+    memcpy(&bits, &value, 8);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+                 :: "r"(remote), "l"(bits), "r"(remote_barrier) : "memory");
+  } else {
+    uint64_t bits[2];
+    memcpy(bits, &value, 16);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b64 [%0], {%1, %2}, [%3];"
+                 :: "r"(remote), "l"(bits[0]), "l"(bits[1]), "r"(remote_barrier) : "memory");
+  }
 }
 
 // Two inboxes that successive exchanges alternate between, each with the
 // barrier that completes a phase when every block's value has landed.
+constexpr int kExchangedBytesMax = 16;
 struct Inboxes {
-  alignas(8) unsigned char values[2][kClusterBlocksMax * sizeof(double)];
+  alignas(kExchangedBytesMax) unsigned char values[2][kClusterBlocksMax * kExchangedBytesMax];
   uint64_t landed[2];
 };
 
@@ -68,13 +84,14 @@ __device__ __forceinline__ void open_inboxes() {
   arrive_relaxed();
 }
 
-// Exchange `turn` (0, 1, ...) of the value every thread of the block holds:
-// every block's value, in block order, combined by Op (the same bits in
-// every block). A box is refilled two turns later, which no block reaches
-// before every block has read it: a block's push of the turn between
-// follows its reads (the barrier in the block reduction before it).
+// Exchange `turn` (0, 1, ...) of the value every thread of the block holds
+// (of up to 16 bytes): every block's value, in block order, combined by Op
+// (the same bits in every block). A box is refilled two turns later, which
+// no block reaches before every block has read it: a block's push of the
+// turn between follows its reads (the barrier in the block reduction before
+// it).
 template <typename Op, typename A>
-__device__ A allreduce(A value, int turn, int blocks, int rank) {
+__device__ A allreduce(const A& value, int turn, int blocks, int rank) {
   Inboxes& boxes = inboxes();
   const int box = turn & 1;
   A* const values = reinterpret_cast<A*>(boxes.values[box]);

@@ -47,21 +47,21 @@ template <typename T, typename Math>
 __global__ void norm_forward_block_kernel(NormForwardArgs<T> a, bool cached) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
-  __shared__ A scratch[kWarpSize];
+  __shared__ Deviations<A> scratch[kWarpSize];  // room for a sum or a pair of sums
+  auto block_sum = [&](auto v) {
+    return block_allreduce<SumOp<decltype(v)>>(v, reinterpret_cast<decltype(v)*>(scratch));
+  };
   const int64_t n = a.n, offset = blockIdx.x * n;
   const Row<T, A> row = stage_row(a.x + offset, n, cached ? row_cache<A>(0, n) : nullptr);
   A mean = 0;
   if constexpr (kCentered) {
     A sum = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i];
-    mean = block_allreduce<SumOp<A>>(sum, scratch) / static_cast<A>(n);
+    mean = block_sum(sum) / static_cast<A>(n);
   }
-  A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const A d = row[i] - mean;
-    squares += d * d;
-  }
-  const A rstd = rsqrt_acc(block_allreduce<SumOp<A>>(squares, scratch) / static_cast<A>(n) + a.eps);
+  Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) deviations.add(row[i] - mean);
+  const A rstd = rsqrt_acc(row_variance<kCentered>(mean, deviations, n, block_sum) + a.eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     A v = (row[i] - mean) * rstd;
     if (a.weight) v *= static_cast<A>(a.weight[i]);
@@ -185,16 +185,16 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
       for (int j = 0; j < kVec; ++j) sum += static_cast<A>(packs[p].elem[j]);
     mean = threads.template allreduce<SumOp<A>>(sum) / static_cast<A>(n);
   }
-  A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
+  Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
 #pragma unroll
   for (int p = 0; p < kPacks; ++p)
     if (threads.group(p) < groups)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const A d = static_cast<A>(packs[p].elem[j]) - mean;
-        squares += d * d;
-      }
-  const A rstd = rsqrt_acc(threads.template allreduce<SumOp<A>>(squares) / static_cast<A>(n) + a.eps);
+      for (int j = 0; j < kVec; ++j) deviations.add(static_cast<A>(packs[p].elem[j]) - mean);
+  const A rstd = rsqrt_acc(
+      row_variance<kCentered>(mean, deviations, n,
+                              [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }) +
+      a.eps);
   Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
@@ -378,9 +378,11 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
     for_each_staged<kVec, A>(stage, n, [&](A v) { sum += v; });
     mean = warp_allreduce<SumOp<A>>(sum) / static_cast<A>(n);
   }
-  A squares = 0;  // two passes: no cancellation in E[x^2] - mean^2
-  for_each_staged<kVec, A>(stage, n, [&](A v) { squares += (v - mean) * (v - mean); });
-  const A rstd = rsqrt_acc(warp_allreduce<SumOp<A>>(squares) / static_cast<A>(n) + a.eps);
+  Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
+  for_each_staged<kVec, A>(stage, n, [&](A v) { deviations.add(v - mean); });
+  const A rstd = rsqrt_acc(
+      row_variance<kCentered>(mean, deviations, n, [](auto v) { return warp_allreduce<SumOp<decltype(v)>>(v); }) +
+      a.eps);
   map_staged<kVec, A>(stage, a.y + row * n, n, [&](int first, A(&v)[kVec]) {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mean) * rstd;

@@ -39,6 +39,44 @@ __device__ __forceinline__ A exp_shifted(A v, A top) {
   return exp2_acc((v - top) * static_cast<A>(kLog2e));
 }
 
+// The corrected two-pass variance (Chan, Golub and LeVeque): the second pass
+// sums the deviations from the first pass's mean as well as their squares,
+// which removes what the rounding of that mean's float sum left (rows far
+// from zero had 2-5x torch's error from it). Summed by SumOp like a number.
+template <typename A>
+struct Deviations {
+  A squares;
+  A sum;
+  Deviations() = default;
+  __host__ __device__ explicit constexpr Deviations(int zero) : squares(zero), sum(zero) {}
+  __host__ __device__ constexpr Deviations(A squares, A sum) : squares(squares), sum(sum) {}
+  __device__ void add(A d) {
+    squares += d * d;
+    sum += d;
+  }
+  __host__ __device__ friend Deviations operator+(const Deviations& a, const Deviations& b) {
+    return {a.squares + b.squares, a.sum + b.sum};
+  }
+};
+
+// The variance of a row of n from its deviations from `mean`, with
+// `row_sum(v)` summing v over the row. Centered (layer_norm): `mean` is
+// corrected, except in a row of inf or NaN (its variance is NaN either way);
+// rms_norm's mean is 0 and exact, so only the squares are summed.
+template <bool kCentered, typename A, typename RowSum>
+__device__ __forceinline__ A row_variance(A& mean, const Deviations<A>& deviations, int64_t n, RowSum&& row_sum) {
+  const A count = static_cast<A>(n);
+  if constexpr (kCentered) {
+    const Deviations<A> row = row_sum(deviations);
+    const A shift = row.sum / count;
+    if (!isfinite(shift)) return row.squares / count;
+    mean += shift;
+    return max(row.squares / count - shift * shift, A(0));
+  } else {
+    return row_sum(deviations.squares) / count;
+  }
+}
+
 __device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
 
