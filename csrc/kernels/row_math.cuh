@@ -60,13 +60,14 @@ struct Deviations {
 };
 
 // The variance of a row of n from its deviations from `mean`, with
-// `row_sum(v)` summing v over the row. Centered (layer_norm): `mean` is
-// corrected, except in a row of inf or NaN (its variance is NaN either way);
-// rms_norm's mean is 0 and exact, so only the squares are summed.
-template <bool kCentered, typename A, typename RowSum>
+// `row_sum(v)` summing v over the row. kCorrectMean: `mean` is corrected,
+// except in a row of inf or NaN (its variance is NaN either way). Callers
+// skip it where the first pass's sum is already exact enough: rms_norm's mean
+// is 0, and half-precision rows (8-11 bits) leave a float sum 13 spare bits.
+template <bool kCorrectMean, typename A, typename RowSum>
 __device__ __forceinline__ A row_variance(A& mean, const Deviations<A>& deviations, int64_t n, RowSum&& row_sum) {
   const A count = static_cast<A>(n);
-  if constexpr (kCentered) {
+  if constexpr (kCorrectMean) {
     const Deviations<A> row = row_sum(deviations);
     const A shift = row.sum / count;
     if (!isfinite(shift)) return row.squares / count;
