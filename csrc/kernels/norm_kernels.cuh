@@ -34,6 +34,11 @@ struct NormBackwardArgs : NormBackwardBuffers<T, opmath_t<T>> {
   bool prefetch;
 };
 
+// layer_norm's forward corrects its mean in the second pass where the input
+// has a float's bits (row_variance says why half-precision rows skip it).
+template <typename T, typename Math>
+constexpr bool kCorrectsMean = Math::kCentered && std::is_same_v<T, opmath_t<T>>;
+
 template <bool kCentered, typename A>
 __device__ __forceinline__ A row_mean(const A* mean, int64_t row) {
   if constexpr (kCentered) return mean[row];
@@ -47,7 +52,6 @@ template <typename T, typename Math>
 __global__ void norm_forward_block_kernel(NormForwardArgs<T> a, bool cached) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
-  constexpr bool kCorrectMean = kCentered && std::is_same_v<T, A>;
   __shared__ Deviations<A> scratch[kWarpSize];  // room for a sum or a pair of sums
   auto block_sum = [&](auto v) {
     return block_allreduce<SumOp<decltype(v)>>(v, reinterpret_cast<decltype(v)*>(scratch));
@@ -62,7 +66,7 @@ __global__ void norm_forward_block_kernel(NormForwardArgs<T> a, bool cached) {
   }
   Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) deviations.add(row[i] - mean);
-  const A rstd = rsqrt_acc(row_variance<kCorrectMean>(mean, deviations, n, block_sum) + a.eps);
+  const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, block_sum) + a.eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     A v = (row[i] - mean) * rstd;
     if (a.weight) v *= static_cast<A>(a.weight[i]);
@@ -155,7 +159,6 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
   constexpr bool kCentered = Math::kCentered;
   constexpr bool kLateParams = !kWarpRows;
   using A = opmath_t<T>;
-  constexpr bool kCorrectMean = kCentered && std::is_same_v<T, A>;
   using Pack = VecN<T, kVec>;
   const RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
@@ -193,10 +196,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
     if (threads.group(p) < groups)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) deviations.add(static_cast<A>(packs[p].elem[j]) - mean);
-  const A rstd = rsqrt_acc(
-      row_variance<kCorrectMean>(mean, deviations, n,
-                              [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }) +
-      a.eps);
+  auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
+  const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, row_sum) + a.eps);
   Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
@@ -369,7 +370,6 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
     norm_forward_staged_kernel(NormForwardArgs<T> a) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
-  constexpr bool kCorrectMean = kCentered && std::is_same_v<T, A>;
   const int64_t row = warp_row(a.rows);
   if (row < 0) return;
   const int n = static_cast<int>(a.n);
@@ -383,9 +383,8 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
   }
   Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
   for_each_staged<kVec, A>(stage, n, [&](A v) { deviations.add(v - mean); });
-  const A rstd = rsqrt_acc(
-      row_variance<kCorrectMean>(mean, deviations, n, [](auto v) { return warp_allreduce<SumOp<decltype(v)>>(v); }) +
-      a.eps);
+  auto warp_sum = [](auto v) { return warp_allreduce<SumOp<decltype(v)>>(v); };
+  const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, warp_sum) + a.eps);
   map_staged<kVec, A>(stage, a.y + row * n, n, [&](int first, A(&v)[kVec]) {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mean) * rstd;
