@@ -181,6 +181,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
   // rms_norm has no bias: without kCentered the shift packs are never
   // loaded, which frees their registers.
   if (!kLateParams && kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
+  auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
   A mean = 0;
   if constexpr (kCentered) {
     A sum = 0;  // the zero packs past the end add nothing
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
     for (int p = 0; p < kPacks; ++p)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) sum += static_cast<A>(packs[p].elem[j]);
-    mean = threads.template allreduce<SumOp<A>>(sum) / static_cast<A>(n);
+    mean = row_sum(sum) / static_cast<A>(n);
   }
   Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
 #pragma unroll
@@ -196,7 +197,6 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
     if (threads.group(p) < groups)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) deviations.add(static_cast<A>(packs[p].elem[j]) - mean);
-  auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
   const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, row_sum) + a.eps);
   Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
 #pragma unroll
@@ -375,15 +375,15 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
   const int n = static_cast<int>(a.n);
   T* const stage = row_cache<T>(threadIdx.x / kWarpSize, n);  // the warp's slot
   stage_warp_row<kVec>(stage, a.x + row * n, n);
+  auto warp_sum = [](auto v) { return warp_allreduce<SumOp<decltype(v)>>(v); };
   A mean = 0;
   if constexpr (kCentered) {
     A sum = 0;
     for_each_staged<kVec, A>(stage, n, [&](A v) { sum += v; });
-    mean = warp_allreduce<SumOp<A>>(sum) / static_cast<A>(n);
+    mean = warp_sum(sum) / static_cast<A>(n);
   }
   Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
   for_each_staged<kVec, A>(stage, n, [&](A v) { deviations.add(v - mean); });
-  auto warp_sum = [](auto v) { return warp_allreduce<SumOp<decltype(v)>>(v); };
   const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, warp_sum) + a.eps);
   map_staged<kVec, A>(stage, a.y + row * n, n, [&](int first, A(&v)[kVec]) {
 #pragma unroll
