@@ -10,6 +10,9 @@ Two timings per cell, both medians:
   device idle and the L2 evicted, so the launch and the host work of the
   call count too; the implementations take turns, call by call, so that the
   host's drift (tens of µs at short rows) reaches them alike.
+Copy of the bytes: an element-wise kernel moving as many bytes as the
+cell's traffic (half read, half written), timed both ways: the limit a
+kernel of that traffic meets here (reads alone run ~2% faster).
 Peak MiB: the growth of max_memory_allocated over one call beyond its
 inputs, the previous call's gradients freed. "vs best" is the best peer's
 time over fastreduce's (above 1: fastreduce is faster); GB/s counts the
@@ -219,6 +222,21 @@ def step(fn, inputs, backward: bool):
     return run
 
 
+def copy_of(nbytes: int, meter) -> dict:
+    """A kernel-only probe of the cell's traffic: an element-wise kernel (a
+    negation) reading half as many bytes and writing the other half, timed as
+    the cells are: the limit a kernel of this traffic meets on this GPU in
+    this run. (Not cudaMemcpy: the profiler's span of a large one runs longer
+    than the copy takes between events.)"""
+    src = torch.empty(nbytes // 8, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+
+    def copy():
+        torch.neg(src, out=dst)
+    copy()
+    return {"kernel": meter.kernel_us(copy), "call": meter.call_us({"copy": copy})["copy"]}
+
+
 def measure(defs, ops, dtypes, widths, meter):
     cells = [(op, shape, dtype, backward) for op in ops for dtype in dtypes for shape in SHAPES[op]
              if widths is None or shape[-1] in widths for backward in (False, True)]
@@ -247,6 +265,7 @@ def measure(defs, ops, dtypes, widths, meter):
             elements *= s
         size = torch.empty((), dtype=dtype).element_size()
         result["bytes"] = TRAFFIC[op][backward] * elements * size
+        result["copy_us"] = copy_of(result["bytes"], meter)
         rows.append(result)
     return rows
 
@@ -262,16 +281,18 @@ def table(rows) -> str:
         return "" if v is None else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
 
     columns = (["op", "shape", "dtype", "pass"] + [f"{i} call µs" for i in IMPLS] + ["vs best (call)"]
-               + [f"{i} kernel µs" for i in IMPLS] + ["vs best (kernel)", "GB/s (kernel)", "peak MiB ours / best"])
+               + [f"{i} kernel µs" for i in IMPLS] + ["vs best (kernel)", "GB/s (kernel)",
+                                                            "copy of the bytes µs (kernel / call)", "peak MiB ours / best"])
     lines = []
     for c in rows:
         ours = c["kernel_us"].get("fastreduce")
         peers_peak = [v for k, v in c["peak_mib"].items() if k != "fastreduce"]
         peak = f"{c['peak_mib'].get('fastreduce', float('nan')):.0f} / {min(peers_peak):.0f}" if peers_peak else ""
+        copy = f"{fmt(c['copy_us']['kernel'])} / {fmt(c['copy_us']['call'])}" if "copy_us" in c else ""
         lines.append([c["op"], "x".join(map(str, c["shape"])), c["dtype"], c["pass"]]
                      + [fmt(c["call_us"].get(i)) for i in IMPLS] + [fmt(ratio(c, "call_us"))]
                      + [fmt(c["kernel_us"].get(i)) for i in IMPLS] + [fmt(ratio(c, "kernel_us"))]
-                     + [f"{c['bytes'] / ours / 1e3:.0f}" if ours else "", peak])
+                     + [f"{c['bytes'] / ours / 1e3:.0f}" if ours else "", copy, peak])
     return columns, lines
 
 

@@ -808,7 +808,9 @@ def _cross_entropy_with_grad_inplace(case):
 @op("_scale_unless_one_")
 def _scale_unless_one(case):
     x = case.tensor(case.shape(max_dim=3), case.pick("dtype", FLOATS))
-    factor = case.tensor((2,) if case.chance("factor_not_one_element", 0.05) else (), _acc(x), "factor",
+    # The factor in the accumulator type, or the data's own (a loss's incoming gradient).
+    factor_dtype = case.pick("factor_dtype", [_acc(x), x.dtype])
+    factor = case.tensor((2,) if case.chance("factor_not_one_element", 0.05) else (), factor_dtype, "factor",
                          layout="contiguous", special=None)
     if case.chance("factor_one", 0.3):
         factor = torch.ones_like(factor)
@@ -822,7 +824,7 @@ def _scale_unless_one(case):
         _same_device(x, factor)
         if not x.clone().is_contiguous() or factor.numel() != 1:
             raise RuntimeError("contiguous data and a one-element factor")
-        return x.clone() if factor.item() == 1 else (x.to(_acc(x)) * factor).to(x.dtype)
+        return x.clone() if factor.item() == 1 else (x.to(_acc(x)) * factor.to(_acc(x))).to(x.dtype)
 
     return Trial(ours, (x, factor), {}, theirs)
 

@@ -157,6 +157,28 @@ def test_cross_entropy_edges(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_gradient_in_forward_edges(device, reduction):
+    # The loss that the forward with the gradient reduces in its own launch
+    # (its last block folds the blocks' sums): every row ignored (a mean is
+    # 0/0 = NaN, as torch), no rows, and more rows than blocks (5000 short
+    # rows: some blocks take two). Loss and gradient against torch's.
+    many = torch.randint(0, 24, (5000,), device=device)
+    many[::7] = -100
+    cases = [(torch.randn(6, 40, device=device), torch.full((6,), -100, device=device)),
+             (torch.randn(0, 40, device=device), torch.zeros(0, dtype=torch.long, device=device)),
+             (torch.randn(5000, 24, device=device) * 3, many)]
+    for logits, target in cases:
+        x, x_ref = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        loss = fr.cross_entropy(x, target, reduction=reduction)
+        loss_ref = F.cross_entropy(x_ref, target, reduction=reduction)
+        torch.testing.assert_close(loss, loss_ref, equal_nan=True)
+        loss.backward(torch.tensor(1.5, device=device))
+        loss_ref.backward(torch.tensor(1.5, device=device))
+        torch.testing.assert_close(x.grad, x_ref.grad, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_z_loss_gradient(device):
     logits = torch.randn(8, 100, device=device, dtype=torch.float64, requires_grad=True)
     target = torch.randint(0, 100, (8,), device=device)

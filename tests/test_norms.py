@@ -284,7 +284,7 @@ def test_more_rows_than_one_wave(dtype):
 
 @requires_cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("dtype", LOW + [torch.float64])
 @pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 65536, 65537, 262144])
 def test_long_rows(dtype, n):
     # Rows past 1024 run one block per row with the row in registers (16-byte
@@ -292,7 +292,8 @@ def test_long_rows(dtype, n):
     # cluster of 2-16 blocks per row beyond on Hopper (12000 floats: 2;
     # 262144 floats: 16), the shared-memory kernels otherwise (2049, 65537:
     # no packs). 6144 floats: 48 KiB of dynamic shared memory, past the limit
-    # with the static.
+    # with the static. float64 rows past a block's registers: clusters
+    # exchanging 16-byte pairs of doubles.
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     b = torch.randn(n, device="cuda").to(dtype).requires_grad_()

@@ -66,8 +66,8 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
 
   const CrossEntropyShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, classes, -100, 0.0, 2,
                                 "cross_entropy"};
-  const CrossEntropyWithGradBuffers io{logits, target, nullptr, lse, row_loss, grad};
-  const float chosen = timer.median_us([&] { CHECK(cross_entropy_forward_backward(shape, io, sms, 0)); });
+  const CrossEntropyWithGradBuffers io{logits, target, nullptr, lse, row_loss, nullptr, grad};
+  const float chosen = timer.median_us([&] { CHECK(cross_entropy_forward_backward(shape, io, nullptr, sms, 0)); });
   CHECK(cudaMemset(worst, 0, 4));
   max_difference<<<1024, 256>>>(grad, reference, n, worst);
   max_difference<<<1, 256>>>(lse, lse_ref, rows, worst);
@@ -87,7 +87,7 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
     const int64_t cached = std::min<int64_t>(c.cached_kib * 1024 / 16, classes / kVec);
     const size_t shared = cached * 16;
     const float us = timer.median_us([&] {
-      kernel<<<blocks, c.threads, shared>>>(a, nullptr, lse, row_loss, grad, nullptr, cached);
+      kernel<<<blocks, c.threads, shared>>>(a, nullptr, false, lse, row_loss, LossFold<T>{}, grad, cached);
     });
     CHECK(cudaMemset(worst, 0, 4));
     max_difference<<<1024, 256>>>(grad, reference, n, worst);

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 case ${1:-} in
-  cross_entropy) sources="cross_entropy_passes.cu ../../csrc/launch/cross_entropy.cu" ;;
+  cross_entropy) sources="cross_entropy_passes.cu ../../csrc/launch/cross_entropy.cu ../../csrc/launch/arrival_counters.cu" ;;
   wide_rows) sources="wide_rows.cu" ;;
   cluster_rows) sources="cluster_rows.cu" ;;
   softmax_rows) sources="softmax_rows.cu" ;;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "../torch/common.h"
 #include "../torch/kernels.h"
@@ -49,6 +50,13 @@ A kept_rows(const int64_t* targets, const CrossEntropyShape& args) {
   A kept = 0;
   for (int64_t r = 0; r < args.rows; ++r) kept += targets[r] != args.ignore_index;
   return kept;
+}
+
+// The loss of reduction mean or sum from the row losses, summed in row order.
+template <typename T, typename A>
+T reduced_loss(const A* losses, const int64_t* targets, const CrossEntropyShape& args) {
+  const A total = std::accumulate(losses, losses + args.rows, A(0));
+  return static_cast<T>(args.reduction == 1 ? total / kept_rows<A>(targets, args) : total);
 }
 
 // A class index the rows can hold, or torch's error (the CPU stops at a bad
@@ -107,9 +115,7 @@ void forward_rows(const CrossEntropyShape& args, const CrossEntropyForwardBuffer
     std::transform(row_loss.begin(), row_loss.end(), out, [](A v) { return static_cast<T>(v); });
     return;
   }
-  A total = 0;
-  for (int64_t r = 0; r < args.rows; ++r) total += row_loss[r];
-  *out = static_cast<T>(args.reduction == 1 ? total / kept_rows<A>(targets, args) : total);
+  *out = reduced_loss<T>(row_loss.data(), targets, args);
 }
 
 template <typename T>
@@ -143,23 +149,20 @@ void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuff
 }
 
 // The gradient of grad_scale times the summed (or, for a mean, averaged)
-// row losses, with the lse and the row losses (the accumulator type), a row
-// at a time: the row is widened once and read from that buffer for all
-// three. grad_input may be the logits.
+// row losses, with the lse, the row losses (the accumulator type) and their
+// sum or mean, a row at a time: the row is widened once and read from that
+// buffer for all three. grad_input may be the logits.
 template <typename T>
 void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuffers& io) {
   using A = at::opmath_type<T>;
   const T* xs = static_cast<const T*>(io.logits);
   const int64_t* targets = io.target;
-  A g = io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1);
-  if (args.reduction == 1) {
-    const A kept = static_cast<A>(std::count_if(targets, targets + args.rows,
-                                                [&](int64_t t) { return t != args.ignore_index; }));
-    *static_cast<A*>(io.kept) = kept;
-    g /= kept;  // inf when no row is kept: then every row's gradient is 0
-  }
+  // A mean over no kept rows makes g inf: then every row's gradient is 0.
+  const A g = (io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1)) /
+              (args.reduction == 1 ? kept_rows<A>(targets, args) : A(1));
   A* lses = static_cast<A*>(io.lse);
-  A* losses = static_cast<A*>(io.row_loss);
+  std::vector<A> own_losses(io.row_loss ? 0 : args.rows);
+  A* losses = io.row_loss ? static_cast<A*>(io.row_loss) : own_losses.data();
   T* dxs = static_cast<T*>(io.grad_input);
   const int64_t classes = args.classes;
   const A smoothing = static_cast<A>(args.label_smoothing);
@@ -183,6 +186,7 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
       cpu::narrow(out, dxs + r * classes, classes);
     }
   });
+  if (io.loss) *static_cast<T*>(io.loss) = reduced_loss<T>(losses, targets, args);
 }
 
 void cross_entropy_forward_cpu(const CrossEntropyShape& shape, const CrossEntropyForwardBuffers& io) {

@@ -70,6 +70,23 @@ struct alignas((sizeof(In) * N) & (~(sizeof(In) * N) + 1)) VecN {
 template <typename In>
 using Vec16 = VecN<In, 16 / sizeof(In)>;
 
+// Called by every thread of a block once it has stored its share of the
+// block's partials: whether this block is the last of `blocks` to count
+// itself in at *counter. The last one sets the counter back to zero (every
+// block has counted itself in) for the next launch.
+__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int blocks) {
+  __shared__ bool last;
+  __threadfence();  // the partials are visible device-wide before the block counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == blocks - 1;
+    if (last) *counter = 0;
+    __threadfence();  // and the last block's reads come after every count
+  }
+  __syncthreads();
+  return last;
+}
+
 // A value that another block of this launch wrote, read from L2 (L1 is not
 // coherent across SMs): one 16-byte load for 16-byte aligned packs, else
 // word by word.

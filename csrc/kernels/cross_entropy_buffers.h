@@ -36,19 +36,19 @@ struct CrossEntropyBackwardBuffers {
   void* grad_input;
 };
 
-// The forward's lse and row losses (no reduction) and the gradient of
-// *grad_scale times the summed row losses (grad_scale null: 1) in one pass;
-// grad_input may be the logits (in place). With the shape's reduction mean
-// the gradient is of their mean over the rows not ignored, which are counted
-// on the way and written to *kept (accumulator type).
+// The forward's lse and the gradient of *grad_scale times the summed row
+// losses (grad_scale null: 1; with the shape's reduction mean, of their mean
+// over the rows not ignored) in one pass; grad_input may be the logits (in
+// place). The row losses go to row_loss (rows, accumulator type) and their
+// sum or mean to loss (one element of the logits' dtype); either may be null.
 struct CrossEntropyWithGradBuffers {
   const void* logits;
   const int64_t* target;
   const void* grad_scale;
   void* lse;
   void* row_loss;
+  void* loss;
   void* grad_input;
-  void* kept;
 };
 
 }  // namespace fastreduce

@@ -238,6 +238,17 @@ __device__ __forceinline__ void store_streaming(P* p, const P& value) {
   }
 }
 
+// Where the with-gradient kernel's blocks leave the reduced loss (`loss`
+// null: they do not reduce it): each block sums its rows' losses in
+// `block_sums`, and the last to finish, counted at `*arrivals` (zero, and
+// left zero), folds them in block order.
+template <typename T>
+struct LossFold {
+  T* loss;
+  opmath_t<T>* block_sums;
+  unsigned int* arrivals;
+};
+
 // The forward and the gradient of grad_scale * (the summed row losses) in
 // one kernel (grad_scale null: 1), written over the logits when grad_input
 // is the logits. Two passes over memory instead of a forward's and a
@@ -246,32 +257,33 @@ __device__ __forceinline__ void store_streaming(P* p, const P& value) {
 // registers held while they fly), the rest read with the L2 priorities
 // above, and the launcher sizes the grid so that the rows in flight fit.
 // Blocks loop over rows; each thread reads back only the packs it cached, so
-// rows follow one another without a barrier. With `kept` (a mean), every
-// block first counts the rows not ignored and divides the gradient by it,
-// and block 0 writes the count: no launches before this one.
+// rows follow one another without a barrier. For a `mean`, every block first
+// counts the rows not ignored and divides the gradient by it: no launches
+// before this one. Row losses go to `row_loss` (unless null) and into the
+// loss (LossFold): none after it either.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ grad_scale,
-                                          opmath_t<T>* __restrict__ lse, opmath_t<T>* __restrict__ row_loss,
-                                          T* grad_input, opmath_t<T>* __restrict__ kept, int64_t cached_packs) {
+                                          bool mean, opmath_t<T>* __restrict__ lse,
+                                          opmath_t<T>* __restrict__ row_loss, LossFold<T> fold, T* grad_input,
+                                          int64_t cached_packs) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   constexpr int kUnroll = sizeof(T) == 4 ? 4 : 2;  // as deep as 1024 threads allow without spilling
   extern __shared__ __align__(16) unsigned char shared_bytes[];
+  __shared__ A scratch[kWarpSize];
   Pack* cache = reinterpret_cast<Pack*>(shared_bytes);
   const uint64_t keep = l2_keep_policy();
   const int64_t count = a.classes / kVec, stride = blockDim.x, tid = threadIdx.x;
   const int64_t cached = sizeof(Pack) != 16 ? 0 : cached_packs < count ? cached_packs : count;
   const int64_t tail_first = tid < cached ? tid + (cached - tid + stride - 1) / stride * stride : tid;
-  A row_scale = grad_scale ? *grad_scale : A(1);
-  if (kept) {
-    __shared__ A scratch[kWarpSize];
-    A count = 0;
-    for (int64_t r = tid; r < a.rows; r += stride) count += a.target[r] != a.ignore_index;
-    count = block_allreduce<SumOp<A>>(count, scratch);
-    if (blockIdx.x == 0 && tid == 0) *kept = count;
-    row_scale /= count;  // inf when no row is kept: then every row's is 0
+  A row_scale = grad_scale ? *grad_scale : A(1), kept = 0;
+  if (mean) {
+    for (int64_t r = tid; r < a.rows; r += stride) kept += a.target[r] != a.ignore_index;
+    kept = block_allreduce<SumOp<A>>(kept, scratch);
+    row_scale /= kept;  // inf when no row is kept: then every row's is 0
   }
+  A block_loss = 0;  // thread 0's, over the block's rows in order
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = a.logits + row * a.classes;
     const auto* packs = reinterpret_cast<const Pack*>(x);
@@ -288,7 +300,9 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     const int64_t t = a.target[row];
     if (tid == 0) {
       lse[row] = lse_row;
-      row_loss[row] = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
+      const A loss_row = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
+      if (row_loss) row_loss[row] = loss_row;
+      block_loss += loss_row;
     }
     __syncthreads();
     const A g = t == a.ignore_index ? A(0) : row_scale;
@@ -298,6 +312,13 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, write_gradient);
     for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_streaming(packs + i); }, write_gradient);
   }
+  if (!fold.loss) return;
+  if (tid == 0) fold.block_sums[blockIdx.x] = block_loss;
+  if (!last_to_arrive(fold.arrivals, gridDim.x)) return;
+  A total = 0;
+  for (int64_t b = tid; b < gridDim.x; b += stride) total += load_from_other_block(fold.block_sums + b);
+  total = block_allreduce<SumOp<A>>(total, scratch);
+  if (tid == 0) *fold.loss = static_cast<T>(mean ? total / kept : total);  // 0 / 0 = NaN: no row kept, as torch
 }
 
 // reduction None: out[r] = row_loss[r] in T (any grid). Mean/Sum: one block

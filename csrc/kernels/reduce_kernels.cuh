@@ -53,23 +53,6 @@ __global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
   if (threadIdx.x == 0) op.store(out, 0, acc);
 }
 
-// Called by every thread of a block once it has stored its share of the
-// block's partials: whether this block is the last of `blocks` to count
-// itself in at *counter. The last one sets the counter back to zero (every
-// block has counted itself in) for the next launch.
-__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int blocks) {
-  __shared__ bool last;
-  __threadfence();  // the partials are visible device-wide before the block counts itself in
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1u) == blocks - 1;
-    if (last) *counter = 0;
-    __threadfence();  // and the last block's reads come after every count
-  }
-  __syncthreads();
-  return last;
-}
-
 // Rows of x (row_len elements each, blockIdx.y the row) in one launch of
 // gridDim.x blocks a row (CUB's two passes, the second folded into the
 // first): each block folds its interleaved share of the row into

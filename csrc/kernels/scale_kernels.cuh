@@ -8,11 +8,13 @@
 
 namespace fastreduce {
 
-template <typename T, int kVec>
-__global__ void scale_unless_one_kernel(T* data, int64_t n, const opmath_t<T>* __restrict__ factor) {
+// F: the factor's type, the data's own (a loss's incoming gradient) or its
+// accumulator type.
+template <typename T, typename F, int kVec>
+__global__ void scale_unless_one_kernel(T* data, int64_t n, const F* __restrict__ factor) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
-  const A f = *factor;
+  const A f = static_cast<A>(*factor);
   if (f == A(1)) return;
   const int64_t packs = n / kVec, stride = int64_t(gridDim.x) * blockDim.x;
   auto* p = reinterpret_cast<Pack*>(data);

@@ -3,12 +3,16 @@
 #include <algorithm>
 
 #include "../kernels/cross_entropy_kernels.cuh"
+#include "arrival_counters.h"
 #include "rows.h"
 
 namespace fastreduce {
 namespace {
 
 using namespace rows;
+
+// The with-gradient kernel's blocks per SM, at most.
+constexpr int kRowsPerSmMax = 32;
 
 // Threads per row: enough for a few packs each, kCrossEntropyThreads at most.
 int cross_entropy_threads(int64_t groups) {
@@ -83,20 +87,40 @@ cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const CrossEn
   });
 }
 
+size_t cross_entropy_forward_backward_workspace_bytes(const CrossEntropyShape& shape,
+                                                     const CrossEntropyWithGradBuffers& io, int sm_count) {
+  if (io.loss == nullptr) return 0;
+  const size_t acc = shape.dtype == DType::Double ? 8 : 4;
+  return size_t(sm_count) * kRowsPerSmMax * acc + sizeof(unsigned int);
+}
+
 cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io,
-                                           int sm_count, cudaStream_t stream) {
+                                           void* workspace, int sm_count, cudaStream_t stream) {
   if (shape.rows == 0) return cudaSuccess;
   const void *logits = io.logits, *grad_scale = io.grad_scale;
   const int64_t* target = io.target;
   void *lse = io.lse, *row_loss = io.row_loss, *grad_input = io.grad_input;
-  void* kept = static_cast<LossReduction>(shape.reduction) == LossReduction::Mean ? io.kept : nullptr;
+  const bool mean = static_cast<LossReduction>(shape.reduction) == LossReduction::Mean;
   DeviceLimits limits;
   if (const cudaError_t err = device_limits(limits); err != cudaSuccess) return err;
   const int per_sm_bytes = limits.shared_per_sm, per_block_bytes = limits.shared_per_block;
+  // The loss's fold: block sums at the start of the workspace, its counter
+  // from the pool (or zeroed after the sums).
+  unsigned int* arrivals = nullptr;
+  if (io.loss) {
+    arrivals = arrival_counters(stream, 1);
+    if (arrivals == nullptr) {
+      const size_t bytes = cross_entropy_forward_backward_workspace_bytes(shape, io, sm_count);
+      arrivals = reinterpret_cast<unsigned int*>(static_cast<char*>(workspace) + bytes) - 1;
+      if (const cudaError_t err = cudaMemsetAsync(arrivals, 0, sizeof(unsigned int), stream); err != cudaSuccess)
+        return err;
+    }
+  }
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target);
+    const LossFold<T> fold{static_cast<T*>(io.loss), static_cast<A*>(workspace), arrivals};
     return with_vec<T>(shape.classes, {logits, grad_input}, [&](auto vec) {
       constexpr int kVec = decltype(vec)::value;
       const auto kernel = cross_entropy_forward_backward_kernel<T, kVec>;
@@ -113,14 +137,14 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       if (2 * slot <= per_sm_bytes) {
         threads = kWarpSize;
         while (threads < kCrossEntropyResidentThreads / 2 && threads * int64_t(4) < packs) threads *= 2;
-        per_sm = int(std::min<int64_t>({per_sm_bytes / slot, 2048 / threads, 32}));
+        per_sm = int(std::min<int64_t>({per_sm_bytes / slot, 2048 / threads, kRowsPerSmMax}));
         cached = row_bytes / 16;
       }
       const size_t shared = cached * 16;
       if (const cudaError_t err = allow_shared_bytes(kernel, shared); err != cudaSuccess) return err;
       const int64_t blocks = std::min<int64_t>(shape.rows, int64_t(sm_count) * per_sm);
-      kernel<<<blocks, threads, shared, stream>>>(a, static_cast<const A*>(grad_scale), static_cast<A*>(lse),
-                                                  static_cast<A*>(row_loss), static_cast<T*>(grad_input), static_cast<A*>(kept),
+      kernel<<<blocks, threads, shared, stream>>>(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
+                                                  static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input),
                                                   cached);
       return cudaGetLastError();
     });

@@ -21,8 +21,11 @@ cudaError_t cross_entropy_forward(const CrossEntropyShape& shape, const CrossEnt
                                   void* workspace, cudaStream_t stream);
 cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const CrossEntropyBackwardBuffers& io,
                                    void* workspace, cudaStream_t stream);
-// One kernel, its blocks looping over rows (sm_count: the device's).
+// One kernel, its blocks looping over rows (sm_count: the device's); its
+// workspace holds what the blocks fold into io.loss (none without it).
+size_t cross_entropy_forward_backward_workspace_bytes(const CrossEntropyShape& shape,
+                                                     const CrossEntropyWithGradBuffers& io, int sm_count);
 cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io,
-                                           int sm_count, cudaStream_t stream);
+                                           void* workspace, int sm_count, cudaStream_t stream);
 
 }  // namespace fastreduce

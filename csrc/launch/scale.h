@@ -10,9 +10,9 @@
 namespace fastreduce {
 
 // data (n contiguous elements of dtype) *= *factor, a device value of the
-// accumulator type (float, double for double); nothing is written when it
-// is 1.
-cudaError_t scale_unless_one(DType dtype, void* data, int64_t n, const void* factor, int sm_count,
-                             cudaStream_t stream);
+// data's dtype (factor_of_data_type) or else of its accumulator type (float,
+// double for double); nothing is written when it is 1.
+cudaError_t scale_unless_one(DType dtype, void* data, int64_t n, const void* factor, bool factor_of_data_type,
+                             int sm_count, cudaStream_t stream);
 
 }  // namespace fastreduce

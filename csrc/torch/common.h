@@ -34,7 +34,7 @@ int64_t wrap_dim(int64_t dim, int64_t ndim);
 
 // A tensor's data for the kernels' buffer structs: null where it is undefined (absent).
 inline const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
-inline void* mutable_or_null(at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+inline void* mutable_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 // Maps the dtypes the kernels support; raises a RuntimeError naming `op` and
 // the dtype otherwise.
@@ -46,12 +46,14 @@ at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& 
                                     int64_t ignore_index, double label_smoothing);
 // cross_entropy_with_grad_stub on the logits' device; target contiguous;
 // `op` names the caller in errors. The gradient is of grad_scale (undefined:
-// 1) times the summed row losses, or, given `kept` (a 0-d tensor of the
-// accumulator type), of their mean over the rows not ignored, whose count is
-// written to `kept`.
+// 1) times the summed row losses, or with `mean` of their mean over the rows
+// not ignored. Each row's loss goes to `row_loss` (accumulator type) and
+// their sum or mean to `loss` (0-d, the logits' dtype); either may be
+// undefined.
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input, at::Tensor& kept,
-                                  int64_t ignore_index, double label_smoothing, const char* op);
+                                  bool mean, at::Tensor& lse, const at::Tensor& row_loss, const at::Tensor& loss,
+                                  at::Tensor& grad_input, int64_t ignore_index, double label_smoothing,
+                                  const char* op);
 
 // cross_entropy_backward into a given (N, C) buffer of the logits' dtype,
 // which may be the logits themselves when they are contiguous (in place).

@@ -120,16 +120,16 @@ at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& 
 }
 
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                                  at::Tensor& lse, at::Tensor& row_loss, at::Tensor& grad_input, at::Tensor& kept,
-                                  int64_t ignore_index, double label_smoothing, const char* op) {
-  const int reduction = kept.defined() ? 1 : 2;
+                                  bool mean, at::Tensor& lse, const at::Tensor& row_loss, const at::Tensor& loss,
+                                  at::Tensor& grad_input, int64_t ignore_index, double label_smoothing,
+                                  const char* op) {
   const CrossEntropyShape shape{to_dtype(logits.scalar_type(), op), logits.size(0), logits.size(1), ignore_index,
-                                label_smoothing, reduction, op};
+                                label_smoothing, mean ? 1 : 2, op};
   const c10::DeviceGuard guard(logits.device());
   cross_entropy_with_grad_stub(logits.device().type(), shape,
                                {logits.const_data_ptr(), target.const_data_ptr<int64_t>(),
-                                data_or_null(grad_scale), lse.data_ptr(),
-                                row_loss.data_ptr(), grad_input.data_ptr(), mutable_or_null(kept)});
+                                data_or_null(grad_scale), lse.data_ptr(), mutable_or_null(row_loss),
+                                mutable_or_null(loss), grad_input.data_ptr()});
 }
 
 namespace {
@@ -141,18 +141,14 @@ std::tuple<at::Tensor, at::Tensor> with_grad_into(const at::Tensor& input, const
                                                   double label_smoothing, at::Tensor& grad_input, const char* op) {
   const CrossEntropyShape shape = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
   TORCH_CHECK(shape.reduction != 0, op, ": the gradient in the forward needs reduction 'mean' or 'sum'");
-  const at::Tensor targets = target.contiguous();
-  at::Tensor lse = at::empty({shape.rows}, input.options().dtype(acc_type(input)));
-  at::Tensor row_loss = at::empty({shape.rows}, lse.options());
-  // The mean's divisor, counted by the kernel (so nothing is launched before
-  // it); no rows, none kept: the loss is 0 / 0 = NaN, as torch.
   const bool mean = shape.reduction == 1;
-  at::Tensor kept = !mean ? at::Tensor() : shape.rows > 0 ? at::empty({}, lse.options()) : at::zeros({}, lse.options());
-  if (shape.rows > 0)
-    cross_entropy_with_grad_rows(input, targets, at::Tensor(), lse, row_loss, grad_input, kept, ignore_index,
-                                 label_smoothing, op);
-  at::Tensor loss = mean ? row_loss.sum() / kept : row_loss.sum();
-  return {loss.to(input.scalar_type()), lse};
+  at::Tensor lse = at::empty({shape.rows}, input.options().dtype(acc_type(input)));
+  // No rows, none kept: the mean is 0 / 0 = NaN, as torch.
+  if (shape.rows == 0) return {at::full({}, mean ? std::numeric_limits<double>::quiet_NaN() : 0.0, input.options()), lse};
+  at::Tensor loss = at::empty({}, input.options());
+  cross_entropy_with_grad_rows(input, target.contiguous(), at::Tensor(), mean, lse, at::Tensor(), loss, grad_input,
+                               ignore_index, label_smoothing, op);
+  return {loss, lse};
 }
 
 }  // namespace
@@ -185,10 +181,12 @@ void backend::scale_unless_one(const at::Tensor& self, const at::Tensor& factor)
   TORCH_CHECK(self.is_contiguous(), op, ": argument 'self' must be contiguous");
   TORCH_CHECK(factor.numel() == 1, op, ": argument 'factor' must hold one element, got ", to_text(factor.numel()));
   check_same_device(factor, self, op, "factor", "self");
-  const at::Tensor scale = factor.reshape({}).to(acc_type(self)).contiguous();
+  // A factor of the data's dtype (a loss's incoming gradient) is read as it is: no conversion launched.
+  const bool of_data_type = factor.scalar_type() == self.scalar_type();
+  const at::Tensor scale = of_data_type ? factor : factor.to(acc_type(self));
   const c10::DeviceGuard guard(self.device());
   scale_unless_one_stub(self.device().type(), to_dtype(self.scalar_type(), op), self.data_ptr(), self.numel(),
-                        scale.const_data_ptr());
+                        scale.const_data_ptr(), of_data_type);
 }
 
 }  // namespace fastreduce

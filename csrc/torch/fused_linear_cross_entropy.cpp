@@ -160,9 +160,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::
     const at::Tensor capped = softcap_derivative(logits, softcap);
     at::Tensor chunk_lse = lse.narrow(0, start, n), chunk_losses = losses.narrow(0, start, n);
     // The chunk's row losses and their gradient, written over the logits.
-    at::Tensor summed;  // the scale holds the mean's 1 / kept over every chunk
-    cross_entropy_with_grad_rows(logits, t, scale, chunk_lse, chunk_losses, logits, summed, ignore_index,
-                                 label_smoothing, kOp);
+    // A sum: the scale holds the mean's 1 / kept over every chunk.
+    cross_entropy_with_grad_rows(logits, t, scale, false, chunk_lse, chunk_losses, at::Tensor(), logits,
+                                 ignore_index, label_smoothing, kOp);
     grads.add_chunk(logits, capped, h, weight, start);
   });
   return {reduce_loss(losses, target, p, ignore_index), lse, grads.hidden, grads.weight, grads.bias_or_empty()};

@@ -47,7 +47,8 @@ FASTREDUCE_DECLARE_STUB(cross_entropy_with_grad_stub,
 // data (count contiguous elements of dtype) *= *factor (data's accumulator
 // type, on data's device) unless the factor is 1; no host synchronisation on
 // CUDA. On the current device (the caller sets it).
-FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(DType dtype, void* data, int64_t count, const void* factor));
+FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(DType dtype, void* data, int64_t count, const void* factor,
+                                                   bool factor_of_data_type));
 
 // The teaching ladder's rung `rung` summing the contiguous 1-D `flat` into
 // `out`; the read probe (a read of `data` that also evicts L2). CUDA only.
