@@ -75,6 +75,11 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
   CHECK(cudaMemcpy(&chosen_worst, worst, 4, cudaMemcpyDeviceToHost));
   std::printf("| with gradient, the launcher's choice | | | | %.1f | %.0f | %.3g |\n", chosen, 2 * bytes / chosen / 1e3,
               chosen_worst);
+  // reduction mean, as F.cross_entropy's default: the kernel also counts the rows not ignored.
+  CrossEntropyShape mean_shape = shape;
+  mean_shape.reduction = 1;
+  const float mean_us = timer.median_us([&] { CHECK(cross_entropy_forward_backward(mean_shape, io, nullptr, sms, 0)); });
+  std::printf("| with gradient, mean, the launcher's choice | | | | %.1f | %.0f | |\n", mean_us, 2 * bytes / mean_us / 1e3);
 
   auto kernel = cross_entropy_forward_backward_kernel<T, kVec>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
