@@ -44,19 +44,20 @@ A gradient_shift(A lse) {
   return lse == std::numeric_limits<A>::infinity() ? std::numeric_limits<A>::quiet_NaN() : lse;
 }
 
-// The divisor of reduction "mean": the rows whose target is not ignored.
+// The divisor of the summed row losses: for a mean the rows not ignored (none:
+// 0, and the mean 0 / 0 = NaN, as torch), for a sum 1.
 template <typename A>
-A kept_rows(const int64_t* targets, const CrossEntropyShape& args) {
+A loss_divisor(const int64_t* targets, const CrossEntropyShape& args) {
+  if (args.reduction != 1) return A(1);
   A kept = 0;
   for (int64_t r = 0; r < args.rows; ++r) kept += targets[r] != args.ignore_index;
   return kept;
 }
 
-// The loss of reduction mean or sum from the row losses, summed in row order.
+// The loss from the row losses, summed in row order.
 template <typename T, typename A>
-T reduced_loss(const A* losses, const int64_t* targets, const CrossEntropyShape& args) {
-  const A total = std::accumulate(losses, losses + args.rows, A(0));
-  return static_cast<T>(args.reduction == 1 ? total / kept_rows<A>(targets, args) : total);
+T reduced_loss(const A* losses, int64_t rows, A divisor) {
+  return static_cast<T>(std::accumulate(losses, losses + rows, A(0)) / divisor);
 }
 
 // A class index the rows can hold, or torch's error (the CPU stops at a bad
@@ -115,7 +116,7 @@ void forward_rows(const CrossEntropyShape& args, const CrossEntropyForwardBuffer
     std::transform(row_loss.begin(), row_loss.end(), out, [](A v) { return static_cast<T>(v); });
     return;
   }
-  *out = reduced_loss<T>(row_loss.data(), targets, args);
+  *out = reduced_loss<T>(row_loss.data(), args.rows, loss_divisor<A>(targets, args));
 }
 
 template <typename T>
@@ -131,7 +132,7 @@ void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuff
   const A smoothing = static_cast<A>(args.label_smoothing);
   A scale = 0;  // mean and sum: one gradient for every row
   if (args.reduction != 0)
-    scale = static_cast<A>(grads[0]) / (args.reduction == 1 ? kept_rows<A>(targets, args) : A(1));
+    scale = static_cast<A>(grads[0]) / loss_divisor<A>(targets, args);
   at::parallel_for(0, args.rows, cpu::row_grain(classes), [&](int64_t begin, int64_t end) {
     std::vector<A> buffer, out_buffer(std::is_same_v<T, A> ? 0 : classes);
     for (int64_t r = begin; r < end; ++r) {
@@ -157,9 +158,9 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
   using A = at::opmath_type<T>;
   const T* xs = static_cast<const T*>(io.logits);
   const int64_t* targets = io.target;
+  const A divisor = loss_divisor<A>(targets, args);
   // A mean over no kept rows makes g inf: then every row's gradient is 0.
-  const A g = (io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1)) /
-              (args.reduction == 1 ? kept_rows<A>(targets, args) : A(1));
+  const A g = (io.grad_scale ? *static_cast<const A*>(io.grad_scale) : A(1)) / divisor;
   A* lses = static_cast<A*>(io.lse);
   std::vector<A> own_losses(io.row_loss ? 0 : args.rows);
   A* losses = io.row_loss ? static_cast<A*>(io.row_loss) : own_losses.data();
@@ -186,7 +187,7 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
       cpu::narrow(out, dxs + r * classes, classes);
     }
   });
-  if (io.loss) *static_cast<T*>(io.loss) = reduced_loss<T>(losses, targets, args);
+  if (io.loss) *static_cast<T*>(io.loss) = reduced_loss<T>(losses, args.rows, divisor);
 }
 
 void cross_entropy_forward_cpu(const CrossEntropyShape& shape, const CrossEntropyForwardBuffers& io) {

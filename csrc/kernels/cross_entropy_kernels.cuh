@@ -138,6 +138,17 @@ __device__ __forceinline__ A row_loss_of(const CrossEntropyArgs<T>& a, const T* 
          (a.smoothing == A(0) ? A(0) : a.smoothing * ((state.max - state.total / static_cast<A>(a.classes)) + log_sum));
 }
 
+// The divisor of the summed row losses, on every thread of the block: for a
+// mean the rows not ignored (none: 0, and the mean 0 / 0 = NaN, as torch),
+// for a sum 1.
+template <typename T, typename A = opmath_t<T>>
+__device__ A block_loss_divisor(const CrossEntropyArgs<T>& a, bool mean, A* scratch) {
+  if (!mean) return A(1);
+  A kept = 0;
+  for (int64_t r = threadIdx.x; r < a.rows; r += blockDim.x) kept += a.target[r] != a.ignore_index;
+  return block_allreduce<SumOp<A>>(kept, scratch);
+}
+
 // One row's gradient, dx_j = soft * exp(x_j - lse) - g * (eps / classes +
 // (1 - eps) [j == t]), a pack at a time.
 template <typename A>
@@ -277,12 +288,8 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   const int64_t count = a.classes / kVec, stride = blockDim.x, tid = threadIdx.x;
   const int64_t cached = sizeof(Pack) != 16 ? 0 : cached_packs < count ? cached_packs : count;
   const int64_t tail_first = tid < cached ? tid + (cached - tid + stride - 1) / stride * stride : tid;
-  A row_scale = grad_scale ? *grad_scale : A(1), kept = 0;
-  if (mean) {
-    for (int64_t r = tid; r < a.rows; r += stride) kept += a.target[r] != a.ignore_index;
-    kept = block_allreduce<SumOp<A>>(kept, scratch);
-    row_scale /= kept;  // inf when no row is kept: then every row's is 0
-  }
+  const A divisor = block_loss_divisor(a, mean, scratch);
+  const A row_scale = (grad_scale ? *grad_scale : A(1)) / divisor;  // inf when no row is kept: every row's is 0
   A block_loss = 0;  // thread 0's, over the block's rows in order
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = a.logits + row * a.classes;
@@ -318,7 +325,7 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   A total = 0;
   for (int64_t b = tid; b < gridDim.x; b += stride) total += load_from_other_block(fold.block_sums + b);
   total = block_allreduce<SumOp<A>>(total, scratch);
-  if (tid == 0) *fold.loss = static_cast<T>(mean ? total / kept : total);  // 0 / 0 = NaN: no row kept, as torch
+  if (tid == 0) *fold.loss = static_cast<T>(total / divisor);
 }
 
 // reduction None: out[r] = row_loss[r] in T (any grid). Mean/Sum: one block
@@ -334,14 +341,11 @@ __global__ void cross_entropy_reduce_kernel(CrossEntropyArgs<T> a, const opmath_
     return;
   }
   __shared__ A scratch[kWarpSize];
-  A total = 0, counted = 0;
-  for (int64_t r = threadIdx.x; r < a.rows; r += blockDim.x) {
-    total += row_loss[r];
-    counted += a.target[r] != a.ignore_index;
-  }
+  A total = 0;
+  for (int64_t r = threadIdx.x; r < a.rows; r += blockDim.x) total += row_loss[r];
   total = block_allreduce<SumOp<A>>(total, scratch);
-  counted = block_allreduce<SumOp<A>>(counted, scratch);
-  if (threadIdx.x == 0) *out = static_cast<T>(reduction == LossReduction::Mean ? total / counted : total);
+  const A divisor = block_loss_divisor(a, reduction == LossReduction::Mean, scratch);
+  if (threadIdx.x == 0) *out = static_cast<T>(total / divisor);
 }
 
 // The per-row loss gradient for Mean and Sum: one scalar, divided by the rows
@@ -351,12 +355,8 @@ __global__ void cross_entropy_grad_scale_kernel(CrossEntropyArgs<T> a, const T* 
                                                 LossReduction reduction, opmath_t<T>* __restrict__ scale) {
   using A = opmath_t<T>;
   __shared__ A scratch[kWarpSize];
-  A counted = 0;
-  if (reduction == LossReduction::Mean)
-    for (int64_t r = threadIdx.x; r < a.rows; r += blockDim.x) counted += a.target[r] != a.ignore_index;
-  counted = block_allreduce<SumOp<A>>(counted, scratch);
-  if (threadIdx.x == 0)
-    *scale = static_cast<A>(*grad_loss) / (reduction == LossReduction::Mean ? counted : A(1));
+  const A divisor = block_loss_divisor(a, reduction == LossReduction::Mean, scratch);
+  if (threadIdx.x == 0) *scale = static_cast<A>(*grad_loss) / divisor;
 }
 
 // `grad_loss`: per row (None) or null with `scale` holding the scalar;

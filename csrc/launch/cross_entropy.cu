@@ -14,6 +14,9 @@ using namespace rows;
 // The with-gradient kernel's blocks per SM, at most.
 constexpr int kRowsPerSmMax = 32;
 
+// Bytes of the accumulator type (float, double for double).
+size_t acc_bytes(const CrossEntropyShape& shape) { return shape.dtype == DType::Double ? 8 : 4; }
+
 // Threads per row: enough for a few packs each, kCrossEntropyThreads at most.
 int cross_entropy_threads(int64_t groups) {
   int threads = kWarpSize;
@@ -30,8 +33,7 @@ CrossEntropyArgs<T> kernel_args(const CrossEntropyShape& shape, const void* logi
 }  // namespace
 
 size_t cross_entropy_workspace_bytes(const CrossEntropyShape& shape) {
-  const size_t acc = shape.dtype == DType::Double ? 8 : 4;
-  return std::max<int64_t>(shape.rows, 1) * acc;
+  return std::max<int64_t>(shape.rows, 1) * acc_bytes(shape);
 }
 
 cudaError_t cross_entropy_forward(const CrossEntropyShape& shape, const CrossEntropyForwardBuffers& io,
@@ -90,8 +92,7 @@ cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const CrossEn
 size_t cross_entropy_forward_backward_workspace_bytes(const CrossEntropyShape& shape,
                                                      const CrossEntropyWithGradBuffers& io, int sm_count) {
   if (io.loss == nullptr) return 0;
-  const size_t acc = shape.dtype == DType::Double ? 8 : 4;
-  return size_t(sm_count) * kRowsPerSmMax * acc + sizeof(unsigned int);
+  return size_t(sm_count) * kRowsPerSmMax * acc_bytes(shape) + sizeof(unsigned int);
 }
 
 cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io,
