@@ -370,6 +370,45 @@ def test_wide_rows_walked_with_prefetch(kind, rows, n, dtype):
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
+@pytest.mark.parametrize("n, dtype", [(16384, torch.float32), (32768, torch.bfloat16), (65536, torch.float32),
+                                      (262144, torch.bfloat16), (262144, torch.float32), (8192, torch.float64),
+                                      (524288, torch.bfloat16)])
+def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
+    # More rows than a wave of clusters holds (on Hopper), in clusters of 2
+    # to 16 blocks (4 packs a thread, or 8 at 262144 floats and 524288
+    # bf16), with and without the fused add: outputs, h and the statistics
+    # against torch and a float64 reference.
+    rows = 2**23 // n + 3
+    x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
+    r = torch.randn(rows, n, device="cuda").to(dtype)
+    w = torch.randn(n, device="cuda").to(dtype)
+    b = torch.randn(n, device="cuda").to(dtype)
+
+    def theirs(x, r, w, b):
+        h = x + r if kind.startswith("add") else x
+        out = F.layer_norm(h, [n], w, b) if kind.endswith("layer") else F.rms_norm(h, [n], w)
+        return (out, h) if kind.startswith("add") else (out,)
+
+    if kind == "add_layer":
+        ours = fr.add_layer_norm(x, r, n, w, b)
+    elif kind == "add_rms":
+        ours = fr.add_rms_norm(x, r, n, w)
+    elif kind == "layer":
+        out, mean, rstd = torch.ops.fastreduce.layer_norm(x, [n], w, b, 1e-5)
+        _, ref_mean, ref_rstd = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
+        torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-4, atol=1e-5)
+        ours = (out,)
+    else:
+        ours = (fr.rms_norm(x, n, w),)
+    for mine, torch_s, reference in zip(ours, theirs(x, r, w, b), theirs(x.double(), r.double(), w.double(),
+                                                                        b.double())):
+        error_vs_reference(mine, torch_s, reference)
+
+
+@requires_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_wide_rows_than_resident_clusters(dtype):
     # Wide rows run in clusters of blocks (Hopper): 600 rows of 65536 are

@@ -136,6 +136,19 @@ def test_more_rows_than_one_wave(dtype):
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("n, dtype", [(16384, torch.float32), (32768, torch.bfloat16), (65536, torch.float16),
+                                      (262144, torch.bfloat16), (262144, torch.float32), (8192, torch.float64),
+                                      (524288, torch.bfloat16)])
+def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
+    # More rows than a wave of clusters holds (on Hopper), in clusters of 2
+    # to 16 blocks (4 packs a thread, or 8 at 262144 floats and 524288 bf16).
+    rows = 2**23 // n + 3
+    x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
+    error_vs_reference(fr.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1))
+
+
+@requires_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 65536, 65537, 262144])
 def test_long_rows(dtype, n):
