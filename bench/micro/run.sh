@@ -5,6 +5,7 @@
 #   bash bench/micro/run.sh wide_rows        wide_rows.cu
 #   bash bench/micro/run.sh cluster_rows     cluster_rows.cu
 #   bash bench/micro/run.sh softmax_rows     softmax_rows.cu
+#   bash bench/micro/run.sh norm_forward     norm_forward.cu
 set -euo pipefail
 cd "$(dirname "$0")"
 case ${1:-} in
@@ -12,7 +13,8 @@ case ${1:-} in
   wide_rows) sources="wide_rows.cu" ;;
   cluster_rows) sources="cluster_rows.cu" ;;
   softmax_rows) sources="softmax_rows.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows" >&2; exit 2 ;;
+  norm_forward) sources="norm_forward.cu ../../csrc/launch/norms.cu" ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1"

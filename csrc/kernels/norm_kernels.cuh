@@ -158,66 +158,81 @@ template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   constexpr bool kCentered = Math::kCentered;
   constexpr bool kLateParams = !kWarpRows;
+  constexpr bool kWalk = !kWarpRows && !kCentered;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
-  const RowThreads<kWarpRows> threads(a.rows);
+  RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
-  const int64_t offset = threads.row * a.n;
-  Pack packs[kPacks], scales[kPacks], shifts[kPacks];
-  load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, packs);
-  if (a.residual) {
-    Pack adds[kPacks];
-    load_packs(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        packs[p].elem[j] = static_cast<T>(static_cast<A>(packs[p].elem[j]) + static_cast<A>(adds[p].elem[j]));
-      if (threads.group(p) < groups) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
+  // rms_norm's block rows walk where the launcher launches fewer row groups
+  // than rows (clusters of kWalkClusterMin): group k (a block or a cluster)
+  // takes rows k, k + G, ... of the G in the grid. layer_norm's, with two
+  // exchanges a row, lost 30-60% walking (NOTES.md), so they take one row.
+  const int64_t row_groups = gridDim.x / cluster_blocks();
+  for (;; threads.row += row_groups) {
+    if constexpr (kWalk) {
+      if (threads.row >= a.rows) break;
+      // Addresses recomputed each row: hoisted out of the loop they would
+      // hold a register pair per pack and buffer.
+      asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
     }
-  }
-  if (!kLateParams && a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
-  // rms_norm has no bias: without kCentered the shift packs are never
-  // loaded, which frees their registers.
-  if (!kLateParams && kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
-  auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
-  A mean = 0;
-  if constexpr (kCentered) {
-    A sum = 0;  // the zero packs past the end add nothing
+    const int64_t offset = threads.row * a.n;
+    Pack packs[kPacks], scales[kPacks], shifts[kPacks];
+    load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, packs);
+    if (a.residual) {
+      Pack adds[kPacks];
+      load_packs(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j)
+          packs[p].elem[j] = static_cast<T>(static_cast<A>(packs[p].elem[j]) + static_cast<A>(adds[p].elem[j]));
+        if (threads.group(p) < groups) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
+      }
+    }
+    if (!kLateParams && a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+    // rms_norm has no bias: without kCentered the shift packs are never
+    // loaded, which frees their registers.
+    if (!kLateParams && kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
+    auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
+    A mean = 0;
+    if constexpr (kCentered) {
+      A sum = 0;  // the zero packs past the end add nothing
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum += static_cast<A>(packs[p].elem[j]);
+      mean = row_sum(sum) / static_cast<A>(n);
+    }
+    Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
+      if (threads.group(p) < groups)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) sum += static_cast<A>(packs[p].elem[j]);
-    mean = row_sum(sum) / static_cast<A>(n);
-  }
-  Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
+        for (int j = 0; j < kVec; ++j) deviations.add(static_cast<A>(packs[p].elem[j]) - mean);
+    const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, row_sum) + a.eps);
+    Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p)
-    if (threads.group(p) < groups)
+    for (int p = 0; p < kPacks; ++p) {
+      if (threads.group(p) >= groups) continue;
+      if constexpr (kLateParams) {
+        if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+        if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+      }
+      Pack result;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) deviations.add(static_cast<A>(packs[p].elem[j]) - mean);
-  const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, row_sum) + a.eps);
-  Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    if (threads.group(p) >= groups) continue;
-    if constexpr (kLateParams) {
-      if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
-      if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+      for (int j = 0; j < kVec; ++j) {
+        const A w = a.weight ? static_cast<A>(scales[p].elem[j]) : A(1);
+        const A b = kCentered && a.bias ? static_cast<A>(shifts[p].elem[j]) : A(0);
+        result.elem[j] = static_cast<T>((static_cast<A>(packs[p].elem[j]) - mean) * rstd * w + b);
+      }
+      out[threads.group(p)] = result;
     }
-    Pack result;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const A w = a.weight ? static_cast<A>(scales[p].elem[j]) : A(1);
-      const A b = kCentered && a.bias ? static_cast<A>(shifts[p].elem[j]) : A(0);
-      result.elem[j] = static_cast<T>((static_cast<A>(packs[p].elem[j]) - mean) * rstd * w + b);
+    if (threads.rank == 0) {
+      if constexpr (kCentered) a.mean[threads.row] = mean;
+      a.rstd[threads.row] = rstd;
     }
-    out[threads.group(p)] = result;
-  }
-  if (threads.rank == 0) {
-    if constexpr (kCentered) a.mean[threads.row] = mean;
-    a.rstd[threads.row] = rstd;
+    if constexpr (!kWalk) break;
   }
 }
 
