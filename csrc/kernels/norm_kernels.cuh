@@ -148,6 +148,12 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
   }
 }
 
+// Whether a norm's block-row forward can walk rows (the launcher launches
+// fewer row groups than rows only then): rms_norm's, with one exchange a
+// row. layer_norm's, with two, lost 30-60% walking (NOTES.md).
+template <typename Math>
+constexpr bool kForwardWalks = !Math::kCentered;
+
 // ---- The row in registers. Warp rows load the weight and bias packs with
 // the x packs, so the output pass only computes and stores (faster than
 // reading them after the statistics or staging them in shared memory).
@@ -158,16 +164,15 @@ template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   constexpr bool kCentered = Math::kCentered;
   constexpr bool kLateParams = !kWarpRows;
-  constexpr bool kWalk = !kWarpRows && !kCentered;
+  constexpr bool kWalk = !kWarpRows && kForwardWalks<Math>;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
-  // rms_norm's block rows walk where the launcher launches fewer row groups
-  // than rows (clusters of kWalkClusterMin): group k (a block or a cluster)
-  // takes rows k, k + G, ... of the G in the grid. layer_norm's, with two
-  // exchanges a row, lost 30-60% walking (NOTES.md), so they take one row.
+  // Walking (kWalk, clusters of kWalkClusterMin), row group k (a block or a
+  // cluster) takes rows k, k + G, ... of the G in the grid; otherwise the
+  // grid has a group per row.
   const int64_t row_groups = gridDim.x / cluster_blocks();
   for (;; threads.row += row_groups) {
     if constexpr (kWalk) {

@@ -123,7 +123,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         [](auto packs, auto vec) {
           return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>;
         },
-        std::make_tuple(a), block_rows, /*walks=*/!Math::kCentered);
+        std::make_tuple(a), block_rows, kForwardWalks<Math>);
   // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in
   // registers leave too few bytes in flight per SM (staging keeps more)
