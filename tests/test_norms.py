@@ -409,6 +409,45 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
+@pytest.mark.parametrize("params", ["none", "weight", "bias", "both"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype):
+    # Rows of 262144 take clusters of 16 blocks, which walk several rows
+    # each (on Hopper, where that keeps as many clusters resident) with the
+    # weight and bias they hold in shared memory: every combination of the
+    # two, against torch and a float64 reference.
+    if kind.endswith("rms") and params in ("bias", "both"):
+        pytest.skip("rms_norm has no bias")
+    n, rows = 262144, 35
+    x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
+    r = torch.randn(rows, n, device="cuda").to(dtype)
+    w = torch.randn(n, device="cuda").to(dtype) if params in ("weight", "both") else None
+    b = torch.randn(n, device="cuda").to(dtype) if params in ("bias", "both") else None
+
+    def run(x, r, w, b, ours):
+        h = x + r if kind.startswith("add") else x
+        if kind == "add_layer" and ours:
+            return fr.add_layer_norm(x, r, n, w, b)
+        if kind == "add_rms" and ours:
+            return fr.add_rms_norm(x, r, n, w)
+        norm = (fr.layer_norm if ours else lambda t, s, *p: F.layer_norm(t, [s], *p)) if kind.endswith(
+            "layer") else (fr.rms_norm if ours else lambda t, s, *p: F.rms_norm(t, [s], *p))
+        out = norm(h, n, w, b) if kind.endswith("layer") else norm(h, n, w)
+        return (out, h) if kind.startswith("add") else (out,)
+
+    def double(t):
+        return None if t is None else t.double()
+
+    mine = run(x, r, w, b, True)
+    mine = mine if isinstance(mine, tuple) else (mine,)
+    for m, torch_s, reference in zip(mine, run(x, r, w, b, False),
+                                     run(x.double(), r.double(), double(w), double(b), False)):
+        error_vs_reference(m, torch_s, reference)
+
+
+@requires_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_wide_rows_than_resident_clusters(dtype):
     # Wide rows run in clusters of blocks (Hopper): 600 rows of 65536 are

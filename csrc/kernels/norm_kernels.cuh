@@ -148,31 +148,40 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
   }
 }
 
-// Whether a norm's block-row forward can walk rows (the launcher launches
-// fewer row groups than rows only then): rms_norm's, with one exchange a
-// row. layer_norm's, with two, lost 30-60% walking (NOTES.md).
-template <typename Math>
-constexpr bool kForwardWalks = !Math::kCentered;
-
 // ---- The row in registers. Warp rows load the weight and bias packs with
 // the x packs, so the output pass only computes and stores (faster than
 // reading them after the statistics or staging them in shared memory).
 // Block rows (wide) read them in the output pass instead, from L1 or L2
 // (every row shares them): the registers saved let twice the rows be in
 // flight per SM, which takes wide rows to the copy rate.
-template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
+//
+// kWalk (block rows in clusters of kWalkClusterMin): fewer row groups than
+// rows are launched, and group k (a cluster) takes rows k, k + G, ... of the
+// G in the grid. Each thread first copies the weight and bias packs it will
+// use into its own slots of dynamic shared memory (kPacks * blockDim.x packs
+// a parameter), and every row reads them from there: read per row through
+// L1, layer_norm's two parameters (64 KiB each a block at float rows of
+// 262144) missed it.
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lanes_kernel(NormForwardArgs<T> a) {
+  static_assert(!kWalk || !kWarpRows, "block rows walk");
   constexpr bool kCentered = Math::kCentered;
   constexpr bool kLateParams = !kWarpRows;
-  constexpr bool kWalk = !kWarpRows && kForwardWalks<Math>;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
-  // Walking (kWalk, clusters of kWalkClusterMin), row group k (a block or a
-  // cluster) takes rows k, k + G, ... of the G in the grid; otherwise the
-  // grid has a group per row.
+  Pack* const weight_slots = kWalk ? reinterpret_cast<Pack*>(row_cache<T>(0, 0)) : nullptr;
+  Pack* const bias_slots = weight_slots + (a.weight ? kPacks * blockDim.x : 0);
+  if constexpr (kWalk) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if (threads.group(p) >= groups) continue;
+      if (a.weight) weight_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+      if (kCentered && a.bias) bias_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+    }
+  }
   const int64_t row_groups = gridDim.x / cluster_blocks();
   for (;; threads.row += row_groups) {
     if constexpr (kWalk) {
@@ -220,7 +229,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
-      if constexpr (kLateParams) {
+      if constexpr (kWalk) {
+        if (a.weight) scales[p] = weight_slots[threads.local(p)];
+        if (kCentered && a.bias) shifts[p] = bias_slots[threads.local(p)];
+      } else if constexpr (kLateParams) {
         if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
         if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
       }

@@ -252,47 +252,64 @@ int resident_clusters(Kernel kernel, int cluster, int threads, size_t shared_byt
   return resident;
 }
 
-// Clusters of at least this many blocks walk their rows where the kernel
-// can (one wave of resident clusters, each taking rows k, k + G, ...):
-// launching a cluster of 16 per row leaves SMs idle until 16 are free in
-// one GPC at once. Measured on the H100 (NOTES.md): rms_norm bf16 rows of
-// 262144 212 -> 189 µs, float32 476 -> 424; clusters of 4 and 8 (65536 wide)
-// lost 1-7% walking.
+// Clusters of at least this many blocks walk their rows where the caller
+// has a walking kernel (one wave of resident clusters, each taking rows k,
+// k + G, ...): launching a cluster of 16 per row leaves SMs idle until 16
+// are free in one GPC at once. Measured on the H100 (NOTES.md): rms_norm
+// rows of 262144 bf16 212 -> 186 µs, float32 477 -> 410, layer_norm float32
+// 565 -> 486; clusters of 4 and 8 (65536 wide) lost 1-7% walking.
 constexpr int kWalkClusterMin = 16;
 
 // Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
 // of blocks each, as with_block_lanes or with_cluster_lanes pick them.
-// `walks`: the kernel's row groups can walk the rows (kWalkClusterMin).
-template <typename T, int kMaxPacks, typename KernelFor, typename Args, typename Fallback>
+// kWalks: kernel_for takes a third argument, std::true_type for the walking
+// kernel that clusters of kWalkClusterMin get (with `walk_bytes_per_pack`
+// of dynamic shared memory per pack a thread holds), std::false_type else.
+template <typename T, int kMaxPacks, bool kWalks = false, typename KernelFor, typename Args, typename Fallback>
 cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
                                std::initializer_list<const void*> buffers, cudaStream_t stream,
-                               KernelFor&& kernel_for, const Args& args, Fallback&& fallback, bool walks = false) {
+                               KernelFor&& kernel_for, const Args& args, Fallback&& fallback,
+                               size_t walk_bytes_per_pack = 0) {
+  auto one_row_kernel = [&](auto packs, auto vec) {
+    if constexpr (kWalks) return kernel_for(packs, vec, std::false_type{});
+    else return kernel_for(packs, vec);
+  };
   auto in_clusters = [&] {
     return with_cluster_lanes<T, kMaxPacks>(
         n, buffers,
         [&](auto packs, auto vec, int cluster) {
-          const auto kernel = kernel_for(packs, vec);
-          if (const cudaError_t set = allow_clusters(kernel, cluster, shared_bytes); set != cudaSuccess) return set;
-          int64_t groups = blocks;
-          if (walks && cluster >= kWalkClusterMin)
-            if (const int resident = resident_clusters(kernel, cluster, kRowThreadsMax, shared_bytes); resident > 0)
-              groups = std::min<int64_t>(groups, resident);
-          cudaLaunchAttribute attribute = cluster_attribute(cluster);
-          cudaLaunchConfig_t config{};
-          config.gridDim = dim3(unsigned(groups * cluster));
-          config.blockDim = dim3(kRowThreadsMax);
-          config.dynamicSmemBytes = shared_bytes;
-          config.stream = stream;
-          config.attrs = &attribute;
-          config.numAttrs = 1;
-          return std::apply([&](auto... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, args);
+          auto launch = [&](auto kernel, int64_t groups, size_t shared) {
+            if (const cudaError_t set = allow_clusters(kernel, cluster, shared); set != cudaSuccess) return set;
+            cudaLaunchAttribute attribute = cluster_attribute(cluster);
+            cudaLaunchConfig_t config{};
+            config.gridDim = dim3(unsigned(groups * cluster));
+            config.blockDim = dim3(kRowThreadsMax);
+            config.dynamicSmemBytes = shared;
+            config.stream = stream;
+            config.attrs = &attribute;
+            config.numAttrs = 1;
+            return std::apply([&](auto... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, args);
+          };
+          const auto one_row = one_row_kernel(packs, vec);
+          if constexpr (kWalks) {
+            // Only where walking keeps as many clusters resident (the
+            // walking kernel's registers and shared memory may halve them).
+            if (cluster >= kWalkClusterMin) {
+              const auto walking = kernel_for(packs, vec, std::true_type{});
+              const size_t shared = walk_bytes_per_pack * decltype(packs)::value;
+              const int resident = resident_clusters(walking, cluster, kRowThreadsMax, shared);
+              if (resident > 0 && resident >= resident_clusters(one_row, cluster, kRowThreadsMax, shared_bytes))
+                return launch(walking, std::min<int64_t>(blocks, resident), shared);
+            }
+          }
+          return launch(one_row, blocks, shared_bytes);
         },
         fallback);
   };
   return with_block_lanes<T>(
       n, buffers,
       [&](auto packs, auto vec, int threads) {
-        const auto kernel = kernel_for(packs, vec);
+        const auto kernel = one_row_kernel(packs, vec);
         if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
         std::apply([&](auto... a) { kernel<<<blocks, threads, shared_bytes, stream>>>(a...); }, args);
         return cudaGetLastError();
