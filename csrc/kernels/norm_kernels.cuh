@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
   Pack* const weight_slots = kWalk ? reinterpret_cast<Pack*>(row_cache<T>(0, 0)) : nullptr;
-  Pack* const bias_slots = weight_slots + (a.weight ? kPacks * blockDim.x : 0);
+  Pack* const bias_slots = kWalk ? weight_slots + (a.weight ? kPacks * blockDim.x : 0) : nullptr;
   if constexpr (kWalk) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
