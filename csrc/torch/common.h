@@ -32,6 +32,16 @@ void check_same_device(const at::Tensor& t, const at::Tensor& reference, const c
 // otherwise, with torch's message.
 int64_t wrap_dim(int64_t dim, int64_t ndim);
 
+// t in dtype `type`: t itself when it already is (Tensor::to goes through
+// the dispatcher even then).
+inline at::Tensor in_type(const at::Tensor& t, at::ScalarType type) {
+  return t.scalar_type() == type ? t : t.to(type);
+}
+
+// An uninitialised tensor of the contiguous t's shape and options (one
+// dispatch; empty_like takes two, through empty_strided).
+inline at::Tensor empty_as(const at::Tensor& t) { return at::empty(t.sizes(), t.options()); }
+
 // A tensor's data for the kernels' buffer structs: null where it is undefined (absent).
 inline const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
 inline void* mutable_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }

@@ -55,7 +55,7 @@ void check_params(const std::optional<at::Tensor>& weight, const std::optional<a
 // for float32 parameters beside half activations), undefined for none.
 at::Tensor kernel_param(const std::optional<at::Tensor>& t, const at::Tensor& input) {
   const at::Tensor* defined = defined_or_null(t);
-  return defined ? defined->to(input.scalar_type()).contiguous() : at::Tensor();
+  return defined ? in_type(*defined, input.scalar_type()).contiguous() : at::Tensor();
 }
 
 namespace {
@@ -134,15 +134,15 @@ NormForwardResult norm_forward(NormOp kind, const at::Tensor& input, const at::T
     // Mixed dtypes promote as torch's add would (a float32 residual stream
     // beside bfloat16 sublayer outputs under autocast): both are cast first.
     const auto type = at::promote_types(input.scalar_type(), residual->scalar_type());
-    x = x.to(type);
-    added = residual->to(type).contiguous();
-    r.residual_out = at::empty_like(x);
+    x = in_type(x, type);
+    added = in_type(*residual, type).contiguous();
+    r.residual_out = empty_as(x);
   }
   check_params(weight, bias, x, normalized_shape, op);
   const auto [rows, n] = layer_norm_rows(input, normalized_shape, op);
-  r.y = at::empty_like(x);
+  r.y = empty_as(x);
   at::Tensor rstd = stats_tensor(x, normalized_shape.size(), acc_type(x));
-  at::Tensor mean = kind.centered() ? at::empty_like(rstd) : at::Tensor();
+  at::Tensor mean = kind.centered() ? empty_as(rstd) : at::Tensor();
   const at::Tensor w = kernel_param(weight, x), b = kernel_param(bias, x);
   if (n == 0) {  // rows of no elements: aten's statistics (mean 0, rstd NaN), nothing to normalise
     rstd.fill_(std::numeric_limits<double>::quiet_NaN());
@@ -157,8 +157,8 @@ NormForwardResult norm_forward(NormOp kind, const at::Tensor& input, const at::T
     norm_forward_stub(x.device().type(), shape, io, eps);
   }
   const auto type = returned_stats_type(x, has_float_param(x, weight, bias) || !kind.centered());
-  r.rstd = rstd.to(type);
-  if (mean.defined()) r.mean = mean.to(type);
+  r.rstd = in_type(rstd, type);
+  if (mean.defined()) r.mean = in_type(mean, type);
   return r;
 }
 
@@ -195,9 +195,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   const at::Tensor carried_rows = carried ? carried->contiguous() : at::Tensor();
   // The kernels take the statistics in the accumulator type.
   const auto acc = acc_type(input);
-  const at::Tensor mean_acc = mean ? mean->to(acc).contiguous() : at::Tensor(), rstd_acc = rstd.to(acc).contiguous();
+  const at::Tensor mean_acc = mean ? in_type(*mean, acc).contiguous() : at::Tensor();
+  const at::Tensor rstd_acc = in_type(rstd, acc).contiguous();
   const at::Tensor kernel_weight = kernel_param(weight, input);
-  at::Tensor dx = at::empty_like(x);
+  at::Tensor dx = empty_as(x);
   // The kernels write each gradient in its parameter's dtype; layer_norm's
   // make dweight and dbias when either parameter exists (the absent one's in
   // the accumulator type, unused).
@@ -298,7 +299,7 @@ SoftmaxShape softmax_shape(const at::Tensor& rows, int64_t causal, double scale,
 }
 
 at::Tensor softmax_rows(const at::Tensor& x, int64_t causal, double scale) {
-  at::Tensor y = at::empty_like(x);
+  at::Tensor y = empty_as(x);
   const SoftmaxShape shape = softmax_shape(x, causal, scale, "softmax");
   const SoftmaxForwardBuffers io{x.const_data_ptr(), y.data_ptr()};
   const c10::DeviceGuard guard(x.device());
@@ -307,7 +308,7 @@ at::Tensor softmax_rows(const at::Tensor& x, int64_t causal, double scale) {
 }
 
 at::Tensor softmax_backward_rows(const at::Tensor& dy, const at::Tensor& y, int64_t causal, double scale) {
-  at::Tensor dx = at::empty_like(y);
+  at::Tensor dx = empty_as(y);
   const SoftmaxShape shape = softmax_shape(y, causal, scale, "softmax_backward");
   const SoftmaxBackwardBuffers io{dy.const_data_ptr(), y.const_data_ptr(), dx.data_ptr()};
   const c10::DeviceGuard guard(y.device());
