@@ -368,6 +368,22 @@ def test_wide_rows_walked_with_prefetch(kind, rows, n, dtype):
         error_vs_reference(mine, torch_s, reference)
 
 
+def torch_norm(kind, x, r, n, w, b):
+    """torch's outputs of `kind` (layer, rms, add_layer, add_rms): (out, h) with the add, (out,) without."""
+    h = x + r if kind.startswith("add") else x
+    out = F.layer_norm(h, [n], w, b) if kind.endswith("layer") else F.rms_norm(h, [n], w)
+    return (out, h) if kind.startswith("add") else (out,)
+
+
+def our_norm(kind, x, r, n, w, b):
+    """fastreduce's outputs of `kind`, as torch_norm returns them."""
+    if kind == "add_layer":
+        return fr.add_layer_norm(x, r, n, w, b)
+    if kind == "add_rms":
+        return fr.add_rms_norm(x, r, n, w)
+    return (fr.layer_norm(x, n, w, b) if kind == "layer" else fr.rms_norm(x, n, w),)
+
+
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
@@ -385,25 +401,16 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     w = torch.randn(n, device="cuda").to(dtype)
     b = torch.randn(n, device="cuda").to(dtype)
 
-    def theirs(x, r, w, b):
-        h = x + r if kind.startswith("add") else x
-        out = F.layer_norm(h, [n], w, b) if kind.endswith("layer") else F.rms_norm(h, [n], w)
-        return (out, h) if kind.startswith("add") else (out,)
-
-    if kind == "add_layer":
-        ours = fr.add_layer_norm(x, r, n, w, b)
-    elif kind == "add_rms":
-        ours = fr.add_rms_norm(x, r, n, w)
-    elif kind == "layer":
+    if kind == "layer":
         out, mean, rstd = torch.ops.fastreduce.layer_norm(x, [n], w, b, 1e-5)
         _, ref_mean, ref_rstd = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
         torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(rstd.double(), ref_rstd, rtol=1e-4, atol=1e-5)
         ours = (out,)
     else:
-        ours = (fr.rms_norm(x, n, w),)
-    for mine, torch_s, reference in zip(ours, theirs(x, r, w, b), theirs(x.double(), r.double(), w.double(),
-                                                                        b.double())):
+        ours = our_norm(kind, x, r, n, w, b)
+    for mine, torch_s, reference in zip(ours, torch_norm(kind, x, r, n, w, b),
+                                        torch_norm(kind, x.double(), r.double(), n, w.double(), b.double())):
         error_vs_reference(mine, torch_s, reference)
 
 
@@ -425,25 +432,12 @@ def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dty
     w = torch.randn(n, device="cuda").to(dtype) if params in ("weight", "both") else None
     b = torch.randn(n, device="cuda").to(dtype) if params in ("bias", "both") else None
 
-    def run(x, r, w, b, ours):
-        h = x + r if kind.startswith("add") else x
-        if kind == "add_layer" and ours:
-            return fr.add_layer_norm(x, r, n, w, b)
-        if kind == "add_rms" and ours:
-            return fr.add_rms_norm(x, r, n, w)
-        norm = (fr.layer_norm if ours else lambda t, s, *p: F.layer_norm(t, [s], *p)) if kind.endswith(
-            "layer") else (fr.rms_norm if ours else lambda t, s, *p: F.rms_norm(t, [s], *p))
-        out = norm(h, n, w, b) if kind.endswith("layer") else norm(h, n, w)
-        return (out, h) if kind.startswith("add") else (out,)
-
     def double(t):
         return None if t is None else t.double()
 
-    mine = run(x, r, w, b, True)
-    mine = mine if isinstance(mine, tuple) else (mine,)
-    for m, torch_s, reference in zip(mine, run(x, r, w, b, False),
-                                     run(x.double(), r.double(), double(w), double(b), False)):
-        error_vs_reference(m, torch_s, reference)
+    for mine, torch_s, reference in zip(our_norm(kind, x, r, n, w, b), torch_norm(kind, x, r, n, w, b),
+                                        torch_norm(kind, x.double(), r.double(), n, double(w), double(b))):
+        error_vs_reference(mine, torch_s, reference)
 
 
 @requires_cuda

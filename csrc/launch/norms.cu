@@ -117,9 +117,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     return launch_block_rows(norm_forward_block_kernel<T, Math>, 1, sizeof(A), a.rows, n, stream,
                              std::make_tuple(a));
   };
-  // Walking clusters hold each thread's weight and bias packs in shared memory.
-  const int params = (a.weight ? 1 : 0) + (Math::kCentered && a.bias ? 1 : 0);
-  if (n > kWarpRowMax)
+  if (n > kWarpRowMax) {
+    // Walking clusters hold each thread's weight and bias packs in shared memory.
+    const int params = (a.weight ? 1 : 0) + (Math::kCentered && a.bias ? 1 : 0);
     return launch_block_lanes<T, 8, /*kWalks=*/true>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
         [](auto packs, auto vec, auto walk) {
@@ -127,6 +127,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
                                            decltype(walk)::value>;
         },
         std::make_tuple(a), block_rows, size_t(params) * kRowThreadsMax * 16);
+  }
   // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in
   // registers leave too few bytes in flight per SM (staging keeps more)
