@@ -162,8 +162,17 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 // a parameter), and every row reads them from there: read per row through
 // L1, layer_norm's two parameters (64 KiB each a block at float rows of
 // 262144) missed it.
+//
+// layer_norm's walking kernels of at most four packs a thread are held to two
+// blocks an SM, as their one-row kernels run (bf16 took 73 registers unheld,
+// so the launcher would not walk). rms_norm's fit unheld; held, bf16 spilled
+// and ran 25% slower. Every other kernel states no minimum (0: a stated 1
+// changes ptxas's register choices).
+template <typename T, int kPacks, int kVec, typename Math, bool kWalk>
+constexpr int kForwardMinBlocks = kWalk && Math::kCentered && kPacks * sizeof(VecN<T, kVec>) <= 64 ? 2 : 0;
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false>
-__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lanes_kernel(NormForwardArgs<T> a) {
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlocks<T, kPacks, kVec, Math, kWalk>))
+    norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
   constexpr bool kCentered = Math::kCentered;
   constexpr bool kLateParams = !kWarpRows;
@@ -230,8 +239,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_forward_lane
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
       if constexpr (kWalk) {
-        if (a.weight) scales[p] = weight_slots[threads.local(p)];
-        if (kCentered && a.bias) shifts[p] = bias_slots[threads.local(p)];
+        // Whole packs either way: assigned only where a parameter is given,
+        // they stayed live from row to row (layer_norm bf16: 97 registers,
+        // not 64). The one-row kernels ran 1-3% slower so.
+        scales[p] = a.weight ? weight_slots[threads.local(p)] : Pack{};
+        shifts[p] = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
       } else if constexpr (kLateParams) {
         if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
         if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
