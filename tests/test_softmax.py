@@ -138,7 +138,7 @@ def test_more_rows_than_one_wave(dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("n, dtype", [(16384, torch.float32), (32768, torch.bfloat16), (65536, torch.float16),
                                       (262144, torch.bfloat16), (262144, torch.float32), (8192, torch.float64),
-                                      (524288, torch.bfloat16)])
+                                      (262144, torch.float16), (524288, torch.bfloat16)])
 def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks (4 packs a thread, or 8 at 262144 floats and 524288 bf16).
@@ -178,6 +178,19 @@ def test_wide_rows_of_huge_logits(dtype, n):
     # Around 2^25 float32 steps by 4 (the top few share the row), bfloat16
     # by 2^17 (every entry the same: each block's sum counts).
     x = (2.0**25 + torch.randn(6, n, device="cuda") * 8).to(dtype)
+    error_vs_reference(fr.softmax(x, -1), torch.softmax(x, -1), torch.softmax(x.double(), -1))
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_walked_rows_of_huge_and_plain_logits(dtype):
+    # Two-byte rows of 262144 walk (a wave of clusters of 16, each taking
+    # several rows): bf16 rows past 2^24 make three exchanges, the others
+    # two, so a cluster's rows alternate between the two counts (half tops
+    # out at 65504: its rows make two each).
+    x = (torch.randn(40, 262144, device="cuda") * 8).to(dtype)
+    x[::2] += 2.0**25 if dtype == torch.bfloat16 else 6e4
     error_vs_reference(fr.softmax(x, -1), torch.softmax(x, -1), torch.softmax(x.double(), -1))
 
 

@@ -61,65 +61,77 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
 // its exponentials, so each element costs one exp2 (a second pass of exp2 and
 // conversions cost 10-25% at rows of 1600-8192 bf16: bench/micro/softmax_rows).
 // kCausal: row % causal + 1 entries are valid and only they are read.
-template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal>
+// kWalk (block rows in clusters of kWalkClusterMin, as the norm forward's):
+// fewer row groups than rows are launched, group k taking rows k, k + G, ...
+template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal, bool kWalk = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     softmax_forward_lanes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
                                  opmath_t<T> scale) {
+  static_assert(!kWalk || !kWarpRows, "block rows walk");
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
-  const RowThreads<kWarpRows> threads(rows);
+  RowThreads<kWarpRows> threads(rows);
   if (threads.row < 0) return;
-  const int valid = kCausal ? static_cast<int>(threads.row % causal) + 1 : n;
-  A v[kPacks][kVec];
-  {
-    Pack packs[kPacks];
-    if constexpr (kCausal) load_valid_packs(threads, x + threads.row * n, valid, packs);
-    else load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), n / kVec, packs);
+  const int64_t row_groups = gridDim.x / cluster_blocks();
+  for (;; threads.row += row_groups) {
+    if constexpr (kWalk) {
+      if (threads.row >= rows) break;
+      // Addresses recomputed each row (as the norm forward's walk).
+      asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
+    }
+    const int valid = kCausal ? static_cast<int>(threads.row % causal) + 1 : n;
+    A v[kPacks][kVec];
+    {
+      Pack packs[kPacks];
+      if constexpr (kCausal) load_valid_packs(threads, x + threads.row * n, valid, packs);
+      else load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), n / kVec, packs);
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p)
+      for (int p = 0; p < kPacks; ++p)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[p][j] = static_cast<A>(packs[p].elem[j]);
-  }
-  auto in_row = [&](int p, int j) {
-    return kCausal ? threads.group(p) * kVec + j < valid : threads.group(p) < n / kVec;
-  };
-  auto for_each_valid = [&](auto&& f) {
+        for (int j = 0; j < kVec; ++j) v[p][j] = static_cast<A>(packs[p].elem[j]);
+    }
+    auto in_row = [&](int p, int j) {
+      return kCausal ? threads.group(p) * kVec + j < valid : threads.group(p) < n / kVec;
+    };
+    auto for_each_valid = [&](auto&& f) {
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p)
+      for (int p = 0; p < kPacks; ++p)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        if (in_row(p, j)) f(v[p][j]);
-  };
-  auto map_row = [&](auto&& f) {
+        for (int j = 0; j < kVec; ++j)
+          if (in_row(p, j)) f(v[p][j]);
+    };
+    auto map_row = [&](auto&& f) {
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p)
+      for (int p = 0; p < kPacks; ++p)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[p][j] = f(v[p][j]);
-  };
-  const A scale2 = scale * static_cast<A>(kLog2e);
-  A top = -std::numeric_limits<A>::infinity();
-  for_each_valid([&](A e) { top = max_acc(top, scale2 * e); });
-  top = threads.template allreduce<MaxOp<A>>(top);
-  if (fma_shift_in_range(top)) {
-    map_row([&](A e) { return exp2_acc(scale2 * e - top); });
-  } else {
-    A top_natural = -std::numeric_limits<A>::infinity();
-    for_each_valid([&](A e) { top_natural = max_acc(top_natural, mul_rn(scale, e)); });
-    top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
-    map_row([&](A e) { return exp_shifted(mul_rn(scale, e), top_natural); });
-  }
-  A sum = 0;
-  for_each_valid([&](A e) { sum += e; });
-  const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
-  Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
+        for (int j = 0; j < kVec; ++j) v[p][j] = f(v[p][j]);
+    };
+    const A scale2 = scale * static_cast<A>(kLog2e);
+    A top = -std::numeric_limits<A>::infinity();
+    for_each_valid([&](A e) { top = max_acc(top, scale2 * e); });
+    top = threads.template allreduce<MaxOp<A>>(top);
+    if (fma_shift_in_range(top)) {
+      map_row([&](A e) { return exp2_acc(scale2 * e - top); });
+    } else {
+      A top_natural = -std::numeric_limits<A>::infinity();
+      for_each_valid([&](A e) { top_natural = max_acc(top_natural, mul_rn(scale, e)); });
+      top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
+      map_row([&](A e) { return exp_shifted(mul_rn(scale, e), top_natural); });
+    }
+    A sum = 0;
+    for_each_valid([&](A e) { sum += e; });
+    const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
+    Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int g = threads.group(p);
-    if (g >= n / kVec) continue;
-    Pack result;
+    for (int p = 0; p < kPacks; ++p) {
+      const int g = threads.group(p);
+      if (g >= n / kVec) continue;
+      Pack result;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(!kCausal || in_row(p, j) ? v[p][j] * inv : A(0));
-    out[g] = result;
+      for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(!kCausal || in_row(p, j) ? v[p][j] * inv : A(0));
+      out[g] = result;
+    }
+    if constexpr (!kWalk) break;
   }
 }
 
