@@ -240,8 +240,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
       if (threads.group(p) >= groups) continue;
       if constexpr (kWalk) {
         // Whole packs either way: assigned only where a parameter is given,
-        // they stayed live from row to row (layer_norm bf16: 97 registers,
-        // not 64). The one-row kernels ran 1-3% slower so.
+        // they stay live from row to row (layer_norm bf16: 97 registers, not
+        // 64). The one-row kernels do not loop, and run 1-3% slower so.
         scales[p] = a.weight ? weight_slots[threads.local(p)] : Pack{};
         shifts[p] = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
       } else if constexpr (kLateParams) {
