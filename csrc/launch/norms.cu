@@ -126,7 +126,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math,
                                            decltype(walk)::value>;
         },
-        std::make_tuple(a), block_rows, size_t(params) * kRowThreadsMax * 16);
+        std::make_tuple(a), block_rows, size_t(params) * kRowThreadsMax * sizeof(Vec16<T>));
   }
   // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in
