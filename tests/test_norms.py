@@ -419,14 +419,14 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
 @pytest.mark.parametrize("params", ["none", "weight", "bias", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype):
-    # Rows of 262144 take clusters of 16 blocks, which walk several rows
-    # each (on Hopper, where that keeps as many clusters resident) with the
-    # weight and bias they hold in shared memory: every combination of the
-    # two, against torch and a float64 reference.
+@pytest.mark.parametrize("n, rows", [(65536, 300), (262144, 35)])
+def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype, n, rows):
+    # Rows of 65536 and 262144 take clusters of 4-16 blocks, which walk
+    # several rows each (on Hopper, where that keeps as many clusters
+    # resident) with the weight and bias they hold in shared memory: every
+    # combination of the two, against torch and a float64 reference.
     if kind.endswith("rms") and params in ("bias", "both"):
         pytest.skip("rms_norm has no bias")
-    n, rows = 262144, 35
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
     r = torch.randn(rows, n, device="cuda").to(dtype)
     w = torch.randn(n, device="cuda").to(dtype) if params in ("weight", "both") else None

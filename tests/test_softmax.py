@@ -184,12 +184,13 @@ def test_wide_rows_of_huge_logits(dtype, n):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_walked_rows_of_huge_and_plain_logits(dtype):
-    # Two-byte rows of 262144 walk (a wave of clusters of 16, each taking
-    # several rows): bf16 rows past 2^24 make three exchanges, the others
-    # two, so a cluster's rows alternate between the two counts (half tops
-    # out at 65504: its rows make two each).
-    x = (torch.randn(40, 262144, device="cuda") * 8).to(dtype)
+@pytest.mark.parametrize("rows, n", [(300, 65536), (40, 262144)])
+def test_walked_rows_of_huge_and_plain_logits(dtype, rows, n):
+    # Two-byte rows of 65536 and 262144 walk (a wave of clusters of 4 and
+    # 16, each taking several rows): bf16 rows past 2^24 make three
+    # exchanges, the others two, so a cluster's rows alternate between the
+    # two counts (half tops out at 65504: its rows make two each).
+    x = (torch.randn(rows, n, device="cuda") * 8).to(dtype)
     x[::2] += 2.0**25 if dtype == torch.bfloat16 else 6e4
     error_vs_reference(fr.softmax(x, -1), torch.softmax(x, -1), torch.softmax(x.double(), -1))
 

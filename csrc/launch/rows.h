@@ -254,11 +254,12 @@ int resident_clusters(Kernel kernel, int cluster, int threads, size_t shared_byt
 
 // Clusters of at least this many blocks walk their rows where the caller
 // has a walking kernel (one wave of resident clusters, each taking rows k,
-// k + G, ...): launching a cluster of 16 per row leaves SMs idle until 16
-// are free in one GPC at once. Measured on the H100 (NOTES.md): rms_norm
-// rows of 262144 bf16 212 -> 186 µs, float32 477 -> 410, layer_norm float32
-// 565 -> 486; clusters of 4 and 8 (65536 wide) lost 1-7% walking.
-constexpr int kWalkClusterMin = 16;
+// k + G, ...): launching a cluster per row leaves SMs idle until enough are
+// free in one GPC at once. Measured on the H100 (NOTES.md): rms_norm rows of
+// 262144 bf16 212 -> 186 µs, float32 477 -> 410, layer_norm float32
+// 565 -> 486; clusters of 4 (bf16 65536 wide): layer_norm 220 -> 211,
+// rms_norm 193 -> 190, and of 8 (131072): 228 -> 212, 200 -> 187.
+constexpr int kWalkClusterMin = 4;
 
 // Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
 // of blocks each, as with_block_lanes or with_cluster_lanes pick them.
