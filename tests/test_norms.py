@@ -565,7 +565,24 @@ def torch_add_norm(kind, x, r, shape, w, b, eps):
 @pytest.mark.parametrize("n", [1, 33, 768, 1500, 4096, 20000, 65536, 262144])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_add_norm_forward_and_backward(device, dtype, n, kind):
-    rows = 3 if n > 4096 else 29
+    check_add_norm(device, dtype, 3 if n > 4096 else 29, n, kind)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [4096, 8192])
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_add_norm_backward_walking_rows(dtype, n, kind):
+    # 700 rows: each block walks several, with the residual gradient of
+    # each row copied into shared memory while it reduces (and, where the
+    # SM has room, the next row's x and dy too).
+    check_add_norm("cuda", dtype, 700, n, kind)
+
+
+def check_add_norm(device, dtype, rows, n, kind):
+    """The fused add + norm, every weight and bias option, forward and backward
+    (a gradient into both outputs) against float64 and torch."""
     shape = [n]
     x = torch.randn(rows, n, device=device).to(dtype)
     r = (torch.randn(rows, n, device=device) * 2).to(dtype)

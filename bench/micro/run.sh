@@ -6,6 +6,7 @@
 #   bash bench/micro/run.sh cluster_rows     cluster_rows.cu
 #   bash bench/micro/run.sh softmax_rows     softmax_rows.cu
 #   bash bench/micro/run.sh norm_forward     norm_forward.cu
+#   bash bench/micro/run.sh norm_backward    norm_backward.cu
 #   bash bench/micro/run.sh softmax_forward  softmax_forward.cu
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,8 +16,9 @@ case ${1:-} in
   cluster_rows) sources="cluster_rows.cu" ;;
   softmax_rows) sources="softmax_rows.cu" ;;
   norm_forward) sources="norm_forward.cu ../../csrc/launch/norms.cu" ;;
+  norm_backward) sources="norm_backward.cu ../../csrc/launch/norms.cu" ;;
   softmax_forward) sources="softmax_forward.cu ../../csrc/launch/softmax.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|softmax_forward" >&2; exit 2 ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1"
