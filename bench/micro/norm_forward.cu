@@ -39,8 +39,8 @@ void run(Timer& timer, int64_t rows, int64_t n, DType dtype, const char* dtype_n
 
 template <typename T>
 void widths(Timer& timer, DType dtype, const char* name) {
-  const std::pair<int64_t, int64_t> shapes[] = {{8192, 4096}, {4096, 8192}, {2048, 65536}, {1024, 131072},
-                                                {512, 262144}};
+  const std::pair<int64_t, int64_t> shapes[] = {{8192, 4096},   {4096, 8192},   {8192, 16384}, {4096, 32768},
+                                                {2048, 65536},  {1024, 131072}, {512, 262144}};
   for (auto [rows, n] : shapes) {
     run<T, LayerNormMath>(timer, rows, n, dtype, name, false);
     run<T, RmsNormMath>(timer, rows, n, dtype, name, false);
