@@ -574,9 +574,10 @@ def test_add_norm_forward_and_backward(device, dtype, n, kind):
 @pytest.mark.parametrize("n", [4096, 8192])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_add_norm_backward_walking_rows(dtype, n, kind):
-    # 700 rows: each block walks several, with the residual gradient of
-    # each row copied into shared memory while it reduces (and, where the
-    # SM has room, the next row's x and dy too).
+    # 700 rows: each block of the backward walks several, summing the
+    # parameter gradients on the way and adding each row's residual
+    # gradient to its dx (with the next row's x and dy staged in shared
+    # memory where the SM has room: bf16 8192 and float32 4096).
     check_add_norm("cuda", dtype, 700, n, kind)
 
 

@@ -258,7 +258,9 @@ int resident_clusters(Kernel kernel, int cluster, int threads, size_t shared_byt
 // free in one GPC at once. Measured on the H100 (NOTES.md): rms_norm rows of
 // 262144 bf16 212 -> 186 µs, float32 477 -> 410, layer_norm float32
 // 565 -> 486; clusters of 4 (bf16 65536 wide): layer_norm 220 -> 211,
-// rms_norm 193 -> 190, and of 8 (131072): 228 -> 212, 200 -> 187.
+// rms_norm 193 -> 190, and of 8 (131072): 228 -> 212, 200 -> 187. Clusters
+// of 2 (bf16 32768) were mixed: layer_norm 3% faster, rms_norm and softmax
+// 1-2% slower.
 constexpr int kWalkClusterMin = 4;
 
 // Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
