@@ -577,7 +577,7 @@ def test_add_norm_backward_walking_rows(dtype, n, kind):
     # 700 rows: each block of the backward walks several, summing the
     # parameter gradients on the way and adding each row's residual
     # gradient to its dx (with the next row's x and dy staged in shared
-    # memory where the SM has room: bf16 8192 and float32 4096).
+    # memory where the SM has room: all but float32 8192).
     check_add_norm("cuda", dtype, 700, n, kind)
 
 
