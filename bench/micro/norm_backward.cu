@@ -52,7 +52,8 @@ void run(Timer& timer, int64_t rows, int64_t n, DType dtype, const char* dtype_n
 
 template <typename T>
 void widths(Timer& timer, DType dtype, const char* name) {
-  const std::pair<int64_t, int64_t> shapes[] = {{8192, 768}, {8192, 1600}, {32768, 1024}, {8192, 4096}, {4096, 8192}};
+  const std::pair<int64_t, int64_t> shapes[] = {{8192, 768},   {8192, 1600},  {32768, 1024}, {8192, 4096},
+                                                {4096, 8192},  {4096, 32768}, {2048, 65536}, {512, 262144}};
   for (auto [rows, n] : shapes)
     for (bool add : {false, true}) {
       run<T, LayerNormMath>(timer, rows, n, dtype, name, add);

@@ -265,6 +265,19 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
   }
 }
 
+// layer_norm's two row sums of the backward, g and g * xhat, reduced together
+// (one exchange in a cluster).
+template <typename A>
+struct GradientSums {
+  A g, gx;
+  GradientSums() = default;
+  __device__ explicit GradientSums(int zero) : g(zero), gx(zero) {}
+  __device__ GradientSums(A g, A gx) : g(g), gx(gx) {}
+  __device__ friend GradientSums operator+(const GradientSums& a, const GradientSums& b) {
+    return {a.g + b.g, a.gx + b.gx};
+  }
+};
+
 // dx with x, dy and weight in registers; row group k (a warp, a block or a
 // cluster) takes rows [k * rows_per_group, (k + 1) * rows_per_group). With
 // `partial_w` each group also sums dy * xhat (and dy) over its rows into its
@@ -349,8 +362,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
         sum_g += g_at(p, j);
         sum_gx += g_at(p, j) * xhat_at(p, j);
       }
-    const A mean_g = kCentered ? threads.template allreduce<SumOp<A>>(sum_g) / static_cast<A>(n) : A(0);
-    const A mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
+    A mean_g = 0, mean_gx;
+    if constexpr (kCentered) {
+      const GradientSums<A> row = threads.template allreduce<SumOp<GradientSums<A>>>(GradientSums<A>{sum_g, sum_gx});
+      mean_g = row.g / static_cast<A>(n);
+      mean_gx = row.gx / static_cast<A>(n);
+    } else {
+      mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
+    }
     if (prefetch && threads.row + 1 < last) stage_row(threads.row + 1);
     Pack* const out = reinterpret_cast<Pack*>(a.dx + offset);
     // The residual gradient: float rows load all its packs at once here,
