@@ -66,12 +66,14 @@ def test_gradcheck(device):
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("n", [768, 12000, 40000, 262144])
 def test_rows_far_from_zero(device, dtype, n):
-    # Rows whose mean is far above their spread, and a ramp (on the GPU,
-    # 768: warp rows; 12000: a block's registers; 40000 and 262144: rows
-    # across a cluster): neither the mean nor the output may round at the
-    # scale of the values. With a residual, h = x + residual is the row.
+    # Rows whose mean is far above their spread, a ramp, and a first element
+    # 300 deviations out (on the GPU, 768: warp rows; 12000: a block's
+    # registers; 40000 and 262144: rows across a cluster): neither the mean
+    # nor the output may round at the scale of the values. With a residual,
+    # h = x + residual is the row.
     x = (1000 + torch.randn(6, n, device=device)).to(dtype)
     x[1] = torch.linspace(-50, 3000, n)
+    x[2, 0] = 1300  # the first element an outlier (two-byte block rows deviate from it)
     w = torch.randn(n, device=device).to(dtype)
     b = torch.randn(n, device=device).to(dtype)
     reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
