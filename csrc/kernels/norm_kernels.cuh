@@ -218,19 +218,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
     // loaded, which frees their registers.
     if (!kLateParams && kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
     auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
-    // Two-byte block rows take the deviations from the row's first element,
-    // not from a first pass's mean: one reduction (one exchange in a
-    // cluster) instead of two, 2-5% faster at rows of 32768-262144. E[d^2] -
-    // E[d]^2 then loses float bits in proportion to (mean - first)^2 / var,
-    // which a row of n values bounds by n: at 65536 and more, a first element
-    // hundreds of deviations out moves the output by about one bf16 rounding.
-    // Float rows keep the corrected two passes.
-    constexpr bool kFromFirst = kCentered && !kWarpRows && !kCorrectsMean<T, Math>;
     A mean = 0;
-    if constexpr (kFromFirst) {
-      mean = static_cast<A>(a.x[offset]);
-      if (a.residual) mean = static_cast<A>(static_cast<T>(mean + static_cast<A>(a.residual[offset])));
-    } else if constexpr (kCentered) {
+    if constexpr (kCentered) {
       A sum = 0;  // the zero packs past the end add nothing
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
@@ -244,7 +233,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
       if (threads.group(p) < groups)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) deviations.add(static_cast<A>(packs[p].elem[j]) - mean);
-    const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math> || kFromFirst>(mean, deviations, n, row_sum) + a.eps);
+    const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, row_sum) + a.eps);
     Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
