@@ -103,8 +103,8 @@ def family_cases():
             yield (f"aminmax {where}", lambda m=m, d=dim: fr.aminmax(m, dim=d),
                    lambda m=m, d=dim: torch.aminmax(m, dim=d))
         positive = m > 0
-        yield f"any dim 1 (8192, 768) bool", lambda: fr.any(positive, 1), lambda: torch.any(positive, 1)
-        yield f"all dim 0 (8192, 768) bool", lambda: fr.all(positive, 0), lambda: torch.all(positive, 0)
+        yield "any dim 1 (8192, 768) bool", lambda: fr.any(positive, 1), lambda: torch.any(positive, 1)
+        yield "all dim 0 (8192, 768) bool", lambda: fr.all(positive, 0), lambda: torch.all(positive, 0)
 
 
 def main():

@@ -35,7 +35,7 @@ import sys
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
