@@ -48,6 +48,26 @@ def test_cross_entropy_every_option(device, dtype, shape, return_lse):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("return_lse", [True, False])
+def test_cross_entropy_target_at_every_place(device, dtype, return_lse):
+    # Targets at each place of a 16-byte pack (row r's at r * 41, so r mod 8),
+    # the first and last class: the gradient's -1 lands on the target alone.
+    n, v = 26, 1000
+    logits = (torch.randn(n, v, device=device) * 3).to(dtype)
+    target = torch.arange(n, device=device) * 41
+    target[-2:] = torch.tensor([0, v - 1])
+    x = logits.clone().requires_grad_(True)
+    out = fr.cross_entropy(x, target, reduction="sum", return_lse=return_lse)
+    loss = out[0] if return_lse else out
+    x64 = logits.double().requires_grad_(True)
+    ref = ce_reference(x64, target, -100, "sum", 0.0)
+    (grad,) = torch.autograd.grad(loss, x)
+    (ref_grad,) = torch.autograd.grad(ref, x64)
+    close_to_reference(grad, ref_grad, scale=1.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
 
 #include "block_reduce.cuh"
 #include "cluster_exchange.cuh"
@@ -20,6 +21,24 @@ namespace fastreduce {
 
 template <typename T>
 using opmath_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// A pack's elements in the accumulator type. bfloat16 pairs widen from their
+// 32-bit word (a shift and a mask), not a 16-bit extract and a shift each.
+template <typename T, int N, typename A = opmath_t<T>>
+__device__ __forceinline__ void widen(const VecN<T, N>& pack, A (&out)[N]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    uint32_t words[N / 2];
+    memcpy(words, pack.elem, sizeof(words));
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k) {
+      out[2 * k] = __uint_as_float(words[k] << 16);
+      out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = static_cast<A>(pack.elem[j]);
+  }
+}
 
 // A row, read from its shared-memory copy when there is one.
 template <typename T, typename A>
