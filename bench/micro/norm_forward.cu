@@ -1,5 +1,5 @@
 // Times the norm forwards through their launcher (the kernel it picks for
-// each width) at bench/peers.py's wide-row shapes, weight and bias as the
+// each width) at bench/peers.py's shapes, weight and bias as the
 // peers cells have them, against a copy of the same bytes, L2 evicted before
 // each call. Build and run on the GPU machine:
 // bash bench/micro/run.sh norm_forward. NOTES.md keeps what it showed.
@@ -39,7 +39,8 @@ void run(Timer& timer, int64_t rows, int64_t n, DType dtype, const char* dtype_n
 
 template <typename T>
 void widths(Timer& timer, DType dtype, const char* name) {
-  const std::pair<int64_t, int64_t> shapes[] = {{8192, 4096},   {4096, 8192},   {8192, 16384}, {4096, 32768},
+  const std::pair<int64_t, int64_t> shapes[] = {{8192, 768},    {32768, 1024},  {8192, 1600},  {8192, 4096},
+                                                {4096, 8192},   {8192, 16384},  {4096, 32768},
                                                 {2048, 65536},  {1024, 131072}, {512, 262144}};
   for (auto [rows, n] : shapes) {
     run<T, LayerNormMath>(timer, rows, n, dtype, name, false);

@@ -178,6 +178,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
   constexpr bool kLateParams = !kWarpRows;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
+  // One-row kernels read two-byte packs as 32-bit words (a shift or a mask an
+  // element, not an extract and a shift); walking kernels keep the packs'
+  // fields (as words they took more registers and ran 3-9% slower: NOTES.md).
+  constexpr bool kWords = !kWalk && sizeof(T) == 2;
+  const auto value = [](const Pack& pack, int j) -> A {
+    if constexpr (kWords) return element(pack, j);
+    else return static_cast<A>(pack.elem[j]);
+  };
   RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
@@ -201,22 +209,23 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
     }
     const int64_t offset = threads.row * a.n;
     Pack packs[kPacks], scales[kPacks], shifts[kPacks];
-    load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, packs);
+    load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, packs);
     if (a.residual) {
       Pack adds[kPacks];
-      load_packs(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
+      load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
 #pragma unroll
         for (int j = 0; j < kVec; ++j)
-          packs[p].elem[j] = static_cast<T>(static_cast<A>(packs[p].elem[j]) + static_cast<A>(adds[p].elem[j]));
+          packs[p].elem[j] = static_cast<T>(value(packs[p], j) + value(adds[p], j));
         if (threads.group(p) < groups) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
       }
     }
-    if (!kLateParams && a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+    if (!kLateParams && a.weight) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
     // rms_norm has no bias: without kCentered the shift packs are never
     // loaded, which frees their registers.
-    if (!kLateParams && kCentered && a.bias) load_packs(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
+    if (!kLateParams && kCentered && a.bias)
+      load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
     auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
     A mean = 0;
     if constexpr (kCentered) {
@@ -224,7 +233,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) sum += static_cast<A>(packs[p].elem[j]);
+        for (int j = 0; j < kVec; ++j) sum += value(packs[p], j);
       mean = row_sum(sum) / static_cast<A>(n);
     }
     Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
@@ -232,7 +241,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
     for (int p = 0; p < kPacks; ++p)
       if (threads.group(p) < groups)
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) deviations.add(static_cast<A>(packs[p].elem[j]) - mean);
+        for (int j = 0; j < kVec; ++j) deviations.add(value(packs[p], j) - mean);
     const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, row_sum) + a.eps);
     Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
 #pragma unroll
@@ -251,9 +260,9 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
       Pack result;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const A w = a.weight ? static_cast<A>(scales[p].elem[j]) : A(1);
-        const A b = kCentered && a.bias ? static_cast<A>(shifts[p].elem[j]) : A(0);
-        result.elem[j] = static_cast<T>((static_cast<A>(packs[p].elem[j]) - mean) * rstd * w + b);
+        const A w = a.weight ? value(scales[p], j) : A(1);
+        const A b = kCentered && a.bias ? value(shifts[p], j) : A(0);
+        result.elem[j] = static_cast<T>((value(packs[p], j) - mean) * rstd * w + b);
       }
       out[threads.group(p)] = result;
     }

@@ -22,22 +22,25 @@ namespace fastreduce {
 template <typename T>
 using opmath_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// A pack's elements in the accumulator type. bfloat16 pairs widen from their
-// 32-bit word (a shift and a mask), not a 16-bit extract and a shift each.
+// Element j of a pack in the accumulator type: bfloat16 from the 32-bit word
+// it shares with its neighbour (a shift or a mask), not a 16-bit extract and
+// a shift.
+template <typename T, int N, typename A = opmath_t<T>>
+__device__ __forceinline__ A element(const VecN<T, N>& pack, int j) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    uint32_t word;
+    memcpy(&word, &pack.elem[j & ~1], sizeof(word));
+    return __uint_as_float(j % 2 ? word & 0xffff0000u : word << 16);
+  } else {
+    return static_cast<A>(pack.elem[j]);
+  }
+}
+
+// Every element of a pack, as element().
 template <typename T, int N, typename A = opmath_t<T>>
 __device__ __forceinline__ void widen(const VecN<T, N>& pack, A (&out)[N]) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
-    uint32_t words[N / 2];
-    memcpy(words, pack.elem, sizeof(words));
 #pragma unroll
-    for (int k = 0; k < N / 2; ++k) {
-      out[2 * k] = __uint_as_float(words[k] << 16);
-      out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = static_cast<A>(pack.elem[j]);
-  }
+  for (int j = 0; j < N; ++j) out[j] = element(pack, j);
 }
 
 // A row, read from its shared-memory copy when there is one.
@@ -160,13 +163,42 @@ struct RowThreads {
 template <bool kWarpRows>
 constexpr int kRowThreadsBound = kWarpRows ? kWarpRowsPerBlock * kWarpSize : kRowThreadsMax;
 
+// *pack if `in_row`, zeros otherwise, selected as whole 32-bit words: a
+// select of the pack's 16-bit fields puts each in a register of its own (a
+// zeroing and a merge an element before its conversion).
+template <typename Pack>
+__device__ __forceinline__ Pack load_or_zero(const Pack* pack, bool in_row) {
+  if constexpr (sizeof(Pack) % 4 == 0) {
+    uint32_t words[sizeof(Pack) / 4] = {};
+    if (in_row) {
+      if constexpr (sizeof(Pack) == 16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(pack);
+        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+      } else {
+        memcpy(words, pack, sizeof(Pack));
+      }
+    }
+    Pack out;
+    memcpy(&out, words, sizeof(Pack));
+    return out;
+  } else {
+    return in_row ? *pack : Pack{};
+  }
+}
+
 // packs[p] = the thread's p-th pack of `row` if it is one of the first
-// `whole`, zeros otherwise: predicated loads in one straight line.
-template <bool kWarpRows, int kPacks, typename Pack>
+// `whole`, zeros otherwise: predicated loads in one straight line. kWords:
+// selected as 32-bit words (load_or_zero), which the norm forwards of one
+// row gain from and the walking ones lose to (NOTES.md).
+template <bool kWords = false, bool kWarpRows, int kPacks, typename Pack>
 __device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads, const Pack* row, int whole,
                                            Pack (&packs)[kPacks]) {
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < whole ? row[threads.group(p)] : Pack{};
+  for (int p = 0; p < kPacks; ++p) {
+    const bool in_row = threads.group(p) < whole;
+    if constexpr (kWords) packs[p] = load_or_zero(row + threads.group(p), in_row);
+    else packs[p] = in_row ? row[threads.group(p)] : Pack{};
+  }
 }
 
 // load_packs for a row of which only the first `valid` elements are read
