@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
   using Pack = VecN<T, kVec>;
   // One-row kernels read two-byte packs as 32-bit words (a shift or a mask an
   // element, not an extract and a shift); walking kernels keep the packs'
-  // fields (as words they took more registers and ran 3-9% slower: NOTES.md).
+  // fields (as words, layer_norm bf16's walk ran 7% slower: NOTES.md).
   constexpr bool kWords = !kWalk && sizeof(T) == 2;
   const auto value = [](const Pack& pack, int j) -> A {
     if constexpr (kWords) return element(pack, j);
