@@ -263,10 +263,15 @@ cudaError_t normalize_rows(const NormShape& shape, const NormApplyBuffers<>& io,
 
 // Enough for either plan: whether the rows are packable is known at launch.
 size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count) {
-  const size_t acc = shape.dtype == DType::Double ? 8 : 4;
   size_t bytes = 0;
-  for (const int vec : {1, pack_elements(shape.dtype)})
-    bytes = std::max(bytes, 2 * param_grad_plan(shape.rows, shape.n, acc, vec, sm_count).partial_bytes);
+  dispatch_floating(shape.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (const int vec : {1, Vec16<T>::kSize}) {
+      const auto plan = param_grad_plan(shape.rows, shape.n, sizeof(opmath_t<T>), vec, sm_count);
+      bytes = std::max(bytes, 2 * plan.partial_bytes);
+    }
+    return cudaSuccess;
+  });
   return bytes;
 }
 

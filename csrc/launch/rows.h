@@ -339,8 +339,5 @@ cudaError_t dispatch_floating(DType dtype, F&& f) {
   });
 }
 
-// Elements per 16-byte pack of a floating dtype.
-inline int pack_elements(DType dtype) { return dtype == DType::Double ? 2 : dtype == DType::Float ? 4 : 8; }
-
 }  // namespace rows
 }  // namespace fastreduce
