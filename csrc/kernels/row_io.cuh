@@ -163,20 +163,16 @@ struct RowThreads {
 template <bool kWarpRows>
 constexpr int kRowThreadsBound = kWarpRows ? kWarpRowsPerBlock * kWarpSize : kRowThreadsMax;
 
-// *pack if `in_row`, zeros otherwise, selected as whole 32-bit words: a
-// select of the pack's 16-bit fields puts each in a register of its own (a
-// zeroing and a merge an element before its conversion).
+// *pack if `in_row`, zeros otherwise; a 16-byte pack selected as whole
+// 32-bit words: a select of its 16-bit fields puts each in a register of its
+// own (a zeroing and a merge an element before its conversion).
 template <typename Pack>
 __device__ __forceinline__ Pack load_or_zero(const Pack* pack, bool in_row) {
-  if constexpr (sizeof(Pack) % 4 == 0) {
-    uint32_t words[sizeof(Pack) / 4] = {};
+  if constexpr (sizeof(Pack) == 16) {
+    uint32_t words[4] = {};
     if (in_row) {
-      if constexpr (sizeof(Pack) == 16) {
-        const uint4 v = *reinterpret_cast<const uint4*>(pack);
-        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-      } else {
-        memcpy(words, pack, sizeof(Pack));
-      }
+      const uint4 v = *reinterpret_cast<const uint4*>(pack);
+      words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
     }
     Pack out;
     memcpy(&out, words, sizeof(Pack));
