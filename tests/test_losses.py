@@ -150,6 +150,28 @@ def test_cross_entropy_gradient_in_forward_holds_no_more_memory():
     assert logits_bytes <= extra <= logits_bytes + 2**20
 
 
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, dtype", [((3000, 5000), torch.bfloat16), ((300, 80000), torch.float32)])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
+    # More rows than blocks, so that each block reads its next row while it
+    # writes the gradient of the current one: rows that fit an SM several
+    # times, and rows of which one block keeps 3/4 on chip and reads the rest
+    # again from L2. Loss and gradient against torch's, smoothing included.
+    logits = torch.randn(shape, device="cuda").to(dtype) * 3
+    target = torch.randint(0, shape[1], (shape[0],), device="cuda")
+    target[::11] = -100
+    for smoothing in (0.0, 0.1):
+        x, x_ref = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        loss = fr.cross_entropy(x * 1, target, label_smoothing=smoothing, inplace_backward=inplace)
+        loss_ref = F.cross_entropy(x_ref, target, label_smoothing=smoothing)
+        loss.backward()
+        loss_ref.backward()
+        torch.testing.assert_close(loss, loss_ref)
+        torch.testing.assert_close(x.grad, x_ref.grad)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_edges(device):
     logits = torch.randn(6, 40, device=device)

@@ -85,22 +85,25 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   struct Config {
     int threads, per_sm, cached_kib;
+    bool prefetch;
   };
-  const Config configs[] = {{256, 0, 0}, {512, 2, 0}, {512, 2, 100}, {384, 3, 70}, {1024, 1, 0}, {1024, 1, 200}};
+  const Config configs[] = {{256, 0, 0, false},   {512, 2, 0, false},     {512, 2, 100, false}, {512, 2, 100, true},
+                            {384, 3, 70, true},   {1024, 1, 0, false},    {1024, 1, 200, false},
+                            {1024, 1, 200, true}};
   for (const Config& c : configs) {
     const int64_t blocks = c.per_sm == 0 ? rows : std::min<int64_t>(rows, int64_t(sms) * c.per_sm);
     const int64_t cached = std::min<int64_t>(c.cached_kib * 1024 / 16, classes / kVec);
     const size_t shared = cached * 16;
     const float us = timer.median_us([&] {
-      kernel<<<blocks, c.threads, shared>>>(a, nullptr, false, lse, row_loss, LossFold<T>{}, grad, cached);
+      kernel<<<blocks, c.threads, shared>>>(a, nullptr, false, lse, row_loss, LossFold<T>{}, grad, cached, c.prefetch);
     });
     CHECK(cudaMemset(worst, 0, 4));
     max_difference<<<1024, 256>>>(grad, reference, n, worst);
     max_difference<<<1, 256>>>(lse, lse_ref, rows, worst);
     float host_worst = 0;
     CHECK(cudaMemcpy(&host_worst, worst, 4, cudaMemcpyDeviceToHost));
-    std::printf("| with gradient | %d | %s | %lld | %.1f | %.0f | %.3g |\n", c.threads,
-                c.per_sm == 0 ? "rows" : std::to_string(c.per_sm).c_str(), (long long)(shared / 1024), us,
+    std::printf("| with gradient%s | %d | %s | %lld | %.1f | %.0f | %.3g |\n", c.prefetch ? ", prefetch" : "",
+                c.threads, c.per_sm == 0 ? "rows" : std::to_string(c.per_sm).c_str(), (long long)(shared / 1024), us,
                 2 * bytes / us / 1e3, host_worst);
   }
   for (void* p : {(void*)logits, (void*)grad, (void*)reference, (void*)target, (void*)lse, (void*)lse_ref,

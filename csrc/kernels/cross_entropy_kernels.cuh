@@ -277,16 +277,18 @@ struct LossFold {
 // registers held while they fly), the rest read with the L2 priorities
 // above, and the launcher sizes the grid so that the rows in flight fit.
 // Blocks loop over rows; each thread reads back only the packs it cached, so
-// rows follow one another without a barrier. For a `mean`, every block first
-// counts the rows not ignored and divides the gradient by it: no launches
-// before this one. Row losses go to `row_loss` (unless null) and into the
-// loss (LossFold): none after it either.
+// rows follow one another without a barrier. With `prefetch`, a slot takes
+// the block's next row as soon as its gradient is out: that row's read
+// overlaps this row's writes. For a `mean`, every block first counts the rows not ignored
+// and divides the gradient by it: no launches before this one. Row losses go
+// to `row_loss` (unless null) and into the loss (LossFold): none after it
+// either.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ grad_scale,
                                           bool mean, opmath_t<T>* __restrict__ lse,
                                           opmath_t<T>* __restrict__ row_loss, LossFold<T> fold, T* grad_input,
-                                          int64_t cached_packs) {
+                                          int64_t cached_packs, bool prefetch) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   constexpr int kUnroll = sizeof(T) == 4 ? 4 : 2;  // as deep as 1024 threads allow without spilling
@@ -300,12 +302,18 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   const A divisor = block_loss_divisor(a, mean, scratch);
   const A row_scale = (grad_scale ? *grad_scale : A(1)) / divisor;  // inf when no row is kept: every row's is 0
   A block_loss = 0;  // thread 0's, over the block's rows in order
+  const auto packs_of = [&](int64_t row) { return reinterpret_cast<const Pack*>(a.logits + row * a.classes); };
+  const auto cache_row = [&](int64_t row) {
+    if constexpr (sizeof(Pack) == 16)
+      for (int64_t i = tid; i < cached; i += stride) copy16_async(cache + i, packs_of(row) + i);
+  };
+  if (prefetch && blockIdx.x < a.rows) cache_row(blockIdx.x);
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = a.logits + row * a.classes;
-    const auto* packs = reinterpret_cast<const Pack*>(x);
+    const auto* packs = packs_of(row);
+    const auto* next_packs = prefetch && row + gridDim.x < a.rows ? packs_of(row + gridDim.x) : nullptr;
+    if (!prefetch) cache_row(row);
     LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
-    if constexpr (sizeof(Pack) == 16)
-      for (int64_t i = tid; i < cached; i += stride) copy16_async(cache + i, packs + i);
     const auto absorb_pack = [&](int64_t, const Pack& p) { absorb(state, p); };
     for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_keeping_in_l2(packs + i, keep); },
                            absorb_pack);
@@ -325,8 +333,13 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     const RowGradient<A> gradient(a, t, g, g, lse_row);
     auto* out = reinterpret_cast<Pack*>(grad_input + row * a.classes);
     const auto write_gradient = [&](int64_t i, const Pack& p) { store_streaming(out + i, gradient.pack(i, p)); };
-    for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, write_gradient);
+    // The tail first: its second read comes from L2 before the next row's reads pass through it.
     for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_streaming(packs + i); }, write_gradient);
+    for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, [&](int64_t i, const Pack& p) {
+      write_gradient(i, p);
+      if constexpr (sizeof(Pack) == 16)
+        if (next_packs) copy16_async(cache + i, next_packs + i);
+    });
   }
   if (!fold.loss) return;
   if (tid == 0) fold.block_sums[blockIdx.x] = block_loss;
