@@ -152,7 +152,8 @@ def test_cross_entropy_gradient_in_forward_holds_no_more_memory():
 
 @requires_cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("shape, dtype", [((3000, 5000), torch.bfloat16), ((300, 80000), torch.float32)])
+@pytest.mark.parametrize("shape, dtype", [((3000, 5000), torch.bfloat16), ((300, 80000), torch.float32)],
+                         ids=["bfloat16-3000x5000", "float32-300x80000"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
     # More rows than blocks, so that each block reads its next row while it
