@@ -279,10 +279,10 @@ struct LossFold {
 // Blocks loop over rows; each thread reads back only the packs it cached, so
 // rows follow one another without a barrier. With `prefetch`, a slot takes
 // the block's next row as soon as its gradient is out: that row's read
-// overlaps this row's writes. For a `mean`, every block first counts the rows not ignored
-// and divides the gradient by it: no launches before this one. Row losses go
-// to `row_loss` (unless null) and into the loss (LossFold): none after it
-// either.
+// overlaps this row's writes. For a `mean`, every block first counts the
+// rows not ignored and divides the gradient by it: no launches before this
+// one. Row losses go to `row_loss` (unless null) and into the loss
+// (LossFold): none after it either.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ grad_scale,
