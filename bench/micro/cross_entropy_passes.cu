@@ -87,9 +87,8 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
     int threads, per_sm, cached_kib;
     bool prefetch;
   };
-  const Config configs[] = {{256, 0, 0, false},   {512, 2, 0, false},     {512, 2, 100, false}, {512, 2, 100, true},
-                            {384, 3, 70, true},   {1024, 1, 0, false},    {1024, 1, 200, false},
-                            {1024, 1, 200, true}};
+  const Config configs[] = {{256, 0, 0, false},  {512, 2, 0, false},    {512, 2, 100, false}, {512, 2, 100, true},
+                            {384, 3, 70, true},  {1024, 1, 0, false},   {1024, 1, 200, false}, {1024, 1, 200, true}};
   for (const Config& c : configs) {
     const int64_t blocks = c.per_sm == 0 ? rows : std::min<int64_t>(rows, int64_t(sms) * c.per_sm);
     const int64_t cached = std::min<int64_t>(c.cached_kib * 1024 / 16, classes / kVec);
