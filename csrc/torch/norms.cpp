@@ -169,7 +169,7 @@ double default_eps(at::ScalarType type, std::optional<double> eps) {
 }
 
 // dx (with grad_residual added when given), and the weight and bias
-// gradients of the parameters that exist (empty tensors for the others).
+// gradients of the parameters that exist (undefined for the others).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
     NormOp kind, const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
     const at::Tensor* mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
@@ -221,8 +221,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
     if (dweight.defined()) dweight.zero_();
     if (dbias.defined()) dbias.zero_();
   }
-  auto or_none = [&](const at::Tensor* param, const at::Tensor& grad) { return param ? grad : input.new_empty({0}); };
-  return {dx, or_none(w, dweight), or_none(b, dbias)};
+  return {dx, w ? dweight : at::Tensor(), b ? dbias : at::Tensor()};
+}
+
+// The schemas return an empty tensor for an absent parameter's gradient.
+at::Tensor or_empty(const at::Tensor& grad, const at::Tensor& input) {
+  return grad.defined() ? grad : input.new_empty({0});
 }
 
 constexpr NormOp kLayerNorm{"layer_norm", NormKind::Layer}, kAddLayerNorm{"add_layer_norm", NormKind::Layer};
@@ -242,7 +246,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::layer_norm_backward(
     const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& grad_residual) {
   const NormOp kind{"layer_norm_backward", NormKind::Layer};
-  return norm_backward(kind, grad_out, input, normalized_shape, &mean, rstd, weight, bias, grad_residual);
+  auto [dx, dw, db] = norm_backward(kind, grad_out, input, normalized_shape, &mean, rstd, weight, bias, grad_residual);
+  return {dx, or_empty(dw, input), or_empty(db, input)};
 }
 
 std::tuple<at::Tensor, at::Tensor> backend::rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
@@ -260,7 +265,7 @@ std::tuple<at::Tensor, at::Tensor> backend::rms_norm_backward(const at::Tensor& 
   const NormOp kind{"rms_norm_backward", NormKind::Rms};
   auto [dx, dw, db] =
       norm_backward(kind, grad_out, input, normalized_shape, nullptr, rstd, weight, std::nullopt, grad_residual);
-  return {dx, dw};
+  return {dx, or_empty(dw, input)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::add_layer_norm(
