@@ -152,14 +152,18 @@ def test_cross_entropy_gradient_in_forward_holds_no_more_memory():
 
 @requires_cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("shape, dtype", [((3000, 5000), torch.bfloat16), ((300, 80000), torch.float32)],
-                         ids=["bfloat16-3000x5000", "float32-300x80000"])
+@pytest.mark.parametrize("shape, dtype", [((3000, 5000), torch.bfloat16), ((300, 80000), torch.float32),
+                                          ((100, 262144), torch.bfloat16)],
+                         ids=["bfloat16-3000x5000", "float32-300x80000", "bfloat16-100x262144"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
     # More rows than blocks, so that each block reads its next row while it
     # writes the gradient of the current one: rows that fit an SM several
-    # times, and rows of which one block keeps 3/4 on chip and reads the rest
-    # again from L2. Loss and gradient against torch's, smoothing included.
+    # times, rows of which one block keeps 3/4 on chip and reads the rest
+    # again from L2, and rows split over a cluster of blocks. Loss and
+    # gradient against torch's, smoothing included (no float64 reference:
+    # gpu_check.sh's racecheck runs this test, and torch's float64 sum trips
+    # racecheck).
     logits = torch.randn(shape, device="cuda").to(dtype) * 3
     target = torch.randint(0, shape[1], (shape[0],), device="cuda")
     target[::11] = -100
@@ -171,6 +175,37 @@ def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
         loss_ref.backward()
         torch.testing.assert_close(loss, loss_ref)
         torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, dtype", [((37, 262144), torch.bfloat16), ((3, 240008), torch.bfloat16),
+                                          ((300, 131072), torch.float32)],
+                         ids=["bfloat16-37x262144", "bfloat16-3x240008", "float32-300x131072"])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype, inplace):
+    # Rows one block cannot mostly keep on chip run split over a cluster of
+    # blocks, each holding its share: shares that do not divide the row
+    # (240008), fewer rows than clusters and more, targets in every share and
+    # at both ends, every reduction, smoothing and ignored rows, against
+    # float64.
+    n, v = shape
+    logits = (torch.randn(shape, device="cuda") * 3).to(dtype)
+    target = torch.randint(0, v, (n,), device="cuda")
+    target[0], target[-1] = 0, v - 1
+    if n > 3:
+        target[1::7] = -100
+    for reduction, smoothing in itertools.product(["mean", "sum", "none"], [0.0, 0.1]):
+        x = logits.clone().requires_grad_(True)
+        loss = fr.cross_entropy(x * 1, target, reduction=reduction, label_smoothing=smoothing,
+                                inplace_backward=inplace)
+        x64 = logits.double().requires_grad_(True)
+        ref = ce_reference(x64, target, -100, reduction, smoothing)
+        close_to_reference(loss, ref.detach(), scale=1.0)
+        g = torch.rand_like(ref) + 0.5
+        loss.backward(g.to(dtype))
+        (ref_grad,) = torch.autograd.grad(ref, x64, g)
+        close_to_reference(x.grad, ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -81,7 +81,7 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
   const float mean_us = timer.median_us([&] { CHECK(cross_entropy_forward_backward(mean_shape, io, nullptr, sms, 0)); });
   std::printf("| with gradient, mean, the launcher's choice | | | | %.1f | %.0f | |\n", mean_us, 2 * bytes / mean_us / 1e3);
 
-  auto kernel = cross_entropy_forward_backward_kernel<T, kVec>;
+  auto kernel = cross_entropy_forward_backward_kernel<T, kVec, false>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   struct Config {
     int threads, per_sm, cached_kib;

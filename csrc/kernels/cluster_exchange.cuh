@@ -85,13 +85,12 @@ __device__ __forceinline__ void open_inboxes() {
 }
 
 // Exchange `turn` (0, 1, ...) of the value every thread of the block holds
-// (of up to 16 bytes): every block's value, in block order, combined by Op
-// (the same bits in every block). A box is refilled two turns later, which
-// no block reaches before every block has read it: a block's push of the
-// turn between follows its reads (the barrier in the block reduction before
-// it).
-template <typename Op, typename A>
-__device__ A allreduce(const A& value, int turn, int blocks, int rank) {
+// (of up to 16 bytes): every block's value, in block order, in this block's
+// inbox. A box is refilled two turns later, which no block reaches before
+// every block has read it: a block's push of the turn between follows its
+// reads (a barrier of the block between them).
+template <typename A>
+__device__ __forceinline__ const A* gather(const A& value, int turn, int blocks, int rank) {
   Inboxes& boxes = inboxes();
   const int box = turn & 1;
   A* const values = reinterpret_cast<A*>(boxes.values[box]);
@@ -106,6 +105,14 @@ __device__ A allreduce(const A& value, int turn, int blocks, int rank) {
   for (uint32_t done = 0; !done;)
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                  : "=r"(done) : "r"(landed), "r"(parity) : "memory");
+  return values;
+}
+
+// Every block's value combined by Op (the same bits in every block); the
+// barrier in the block reduction before a push separates it from the reads.
+template <typename Op, typename A>
+__device__ A allreduce(const A& value, int turn, int blocks, int rank) {
+  const A* values = gather(value, turn, blocks, rank);
   const int lane = threadIdx.x % kWarpSize;
   return warp_allreduce<Op>(lane < blocks ? values[lane] : Op::identity());
 }

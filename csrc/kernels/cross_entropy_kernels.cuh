@@ -9,7 +9,8 @@
 // The forward and backward kernels run one block per row: vocabulary rows
 // are long (50k-256k), rows are many. The forward_backward kernel does both
 // when the gradient is known in the forward (the loss's own, scaled later),
-// its blocks looping over rows that they keep on chip between the two reads.
+// its blocks looping over rows that they keep on chip between the two reads
+// (the longest rows split over a cluster of blocks).
 #pragma once
 
 #include <limits>
@@ -126,16 +127,46 @@ __device__ __forceinline__ A row_lse(const LseState<A>& state) {
 }
 
 // The row's loss (accumulator type; 0 for ignored rows, NaN for a target
-// outside [0, classes)). Without smoothing the sum of the logits is left
-// out: 0 * -inf would make a masked vocabulary NaN.
+// outside [0, classes)) from its state and the target's logit. Without
+// smoothing the sum of the logits is left out: 0 * -inf would make a masked
+// vocabulary NaN.
 template <typename T, typename A>
-__device__ __forceinline__ A row_loss_of(const CrossEntropyArgs<T>& a, const T* x, const LseState<A>& state,
+__device__ __forceinline__ A row_loss_of(const CrossEntropyArgs<T>& a, A target_logit, const LseState<A>& state,
                                          int64_t t) {
   if (t == a.ignore_index) return A(0);
   if (t < 0 || t >= a.classes) return std::numeric_limits<A>::quiet_NaN();
   const A log_sum = log(state.sum);
-  return (A(1) - a.smoothing) * ((state.max - static_cast<A>(x[t])) + log_sum) +
+  return (A(1) - a.smoothing) * ((state.max - target_logit) + log_sum) +
          (a.smoothing == A(0) ? A(0) : a.smoothing * ((state.max - state.total / static_cast<A>(a.classes)) + log_sum));
+}
+
+// x[t] where t is one of the classes [first, end) (0 otherwise).
+template <typename T>
+__device__ __forceinline__ opmath_t<T> logit_of(const CrossEntropyArgs<T>& a, const T* x, int64_t t, int64_t first,
+                                                int64_t end) {
+  return t >= first && t < end ? static_cast<opmath_t<T>>(x[t]) : opmath_t<T>(0);
+}
+
+// A block's part of a row split over a cluster: its log-sum-exp state and
+// the target's logit if the block holds it (0 otherwise): 16 bytes in float.
+template <typename A>
+struct RowPart {
+  LseState<A> state;
+  A target_logit;
+};
+
+// The row's state and target logit from every block's part, merged in block
+// order (the same bits in every block), through distributed shared memory.
+template <typename A>
+__device__ RowPart<A> cluster_merge(const RowPart<A>& part, int turn, int blocks, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const RowPart<A>* parts = cluster::gather(part, turn, blocks, rank);
+  RowPart<A> row = parts[0];
+  for (int b = 1; b < blocks; ++b) row = {merge(row.state, parts[b].state), row.target_logit + parts[b].target_logit};
+  return row;
+#else
+  return part;
+#endif
 }
 
 // The divisor of the summed row losses, on every thread of the block: for a
@@ -204,8 +235,9 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const T* x = a.logits + row * a.classes;
   const auto state = row_state<T, kVec>(x, a.classes);
   if (threadIdx.x != 0) return;
+  const int64_t t = a.target[row];
   lse[row] = row_lse(state);
-  row_loss[row] = row_loss_of(a, x, state, a.target[row]);
+  row_loss[row] = row_loss_of(a, logit_of(a, x, t, 0, a.classes), state, t);
 }
 
 // L2 priorities for the two reads of a row in the with-gradient kernel: the
@@ -276,14 +308,18 @@ struct LossFold {
 // `cached_packs` packs are copied to shared memory asynchronously (no
 // registers held while they fly), the rest read with the L2 priorities
 // above, and the launcher sizes the grid so that the rows in flight fit.
-// Blocks loop over rows; each thread reads back only the packs it cached, so
-// rows follow one another without a barrier. With `prefetch`, a slot takes
-// the block's next row as soon as its gradient is out: that row's read
-// overlaps this row's writes. For a `mean`, every block first counts the
-// rows not ignored and divides the gradient by it: no launches before this
-// one. Row losses go to `row_loss` (unless null) and into the loss
-// (LossFold): none after it either.
-template <typename T, int kVec>
+// Rows too long for one block's shared memory may instead be split (kSplit)
+// over a cluster of blocks, each caching its share of the packs whole; the
+// blocks' states and the target's logit meet in distributed shared memory
+// (float accumulators: 16 bytes a block). Blocks (or clusters) loop over
+// rows; each thread reads back only the packs it cached, so rows follow one
+// another without a barrier. With `prefetch`, a slot takes the block's next
+// row as soon as its gradient is out: that row's read overlaps this row's
+// writes. For a `mean`, every block first counts the rows not ignored and
+// divides the gradient by it: no launches before this one. Row losses go to
+// `row_loss` (unless null) and into the loss (LossFold): none after it
+// either.
+template <typename T, int kVec, bool kSplit>
 __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     cross_entropy_forward_backward_kernel(CrossEntropyArgs<T> a, const opmath_t<T>* __restrict__ grad_scale,
                                           bool mean, opmath_t<T>* __restrict__ lse,
@@ -296,22 +332,35 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   __shared__ A scratch[kWarpSize];
   Pack* cache = reinterpret_cast<Pack*>(shared_bytes);
   const uint64_t keep = l2_keep_policy();
-  const int64_t count = a.classes / kVec, stride = blockDim.x, tid = threadIdx.x;
+  // This block's share of each row: packs [first, first + count).
+  static_assert(!kSplit || sizeof(RowPart<A>) == 16, "a block's part travels as 16 bytes");
+  const int blocks_per_row = kSplit ? cluster_blocks() : 1, rank = kSplit ? cluster_block_rank() : 0;
+  const int64_t row_packs = a.classes / kVec, share = (row_packs + blocks_per_row - 1) / blocks_per_row;
+  const int64_t first = !kSplit ? 0 : rank * share < row_packs ? rank * share : row_packs;
+  const int64_t count = !kSplit ? row_packs : row_packs - first < share ? row_packs - first : share;
+  const int64_t stride = blockDim.x, tid = threadIdx.x;
   const int64_t cached = sizeof(Pack) != 16 ? 0 : cached_packs < count ? cached_packs : count;
   const int64_t tail_first = tid < cached ? tid + (cached - tid + stride - 1) / stride * stride : tid;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kSplit) cluster::open_inboxes();
+#endif
   const A divisor = block_loss_divisor(a, mean, scratch);
   const A row_scale = (grad_scale ? *grad_scale : A(1)) / divisor;  // inf when no row is kept: every row's is 0
-  A block_loss = 0;  // thread 0's, over the block's rows in order
-  const auto packs_of = [&](int64_t row) { return reinterpret_cast<const Pack*>(a.logits + row * a.classes); };
+  A block_loss = 0;  // thread 0's of the row's first block, over its rows in order
+  const int64_t first_row = blockIdx.x / blocks_per_row, row_step = gridDim.x / blocks_per_row;
+  const auto packs_of = [&](int64_t row) {
+    return reinterpret_cast<const Pack*>(a.logits + row * a.classes) + first;
+  };
   const auto cache_row = [&](int64_t row) {
     if constexpr (sizeof(Pack) == 16)
       for (int64_t i = tid; i < cached; i += stride) copy16_async(cache + i, packs_of(row) + i);
   };
-  if (prefetch && blockIdx.x < a.rows) cache_row(blockIdx.x);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+  if (prefetch && first_row < a.rows) cache_row(first_row);
+  int turn = 0;
+  for (int64_t row = first_row; row < a.rows; row += row_step) {
     const T* x = a.logits + row * a.classes;
     const auto* packs = packs_of(row);
-    const auto* next_packs = prefetch && row + gridDim.x < a.rows ? packs_of(row + gridDim.x) : nullptr;
+    const auto* next_packs = prefetch && row + row_step < a.rows ? packs_of(row + row_step) : nullptr;
     if (!prefetch) cache_row(row);
     LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
     const auto absorb_pack = [&](int64_t, const Pack& p) { absorb(state, p); };
@@ -319,20 +368,27 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
                            absorb_pack);
     wait_async_copies();
     for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, absorb_pack);
-    state = block_merge(state);
-    const A lse_row = row_lse(state);
+    RowPart<A> part{block_merge(state), A(0)};
     const int64_t t = a.target[row];
-    if (tid == 0) {
+    // x[t] is read by the block whose share holds it (by the threads that
+    // pass the part on), before the barrier after which its threads write
+    // their share (in place: over x).
+    if (tid < blocks_per_row) part.target_logit = logit_of(a, x, t, first * kVec, (first + count) * kVec);
+    if constexpr (kSplit) part = cluster_merge(part, turn++, blocks_per_row, rank);
+    const A lse_row = row_lse(part.state);
+    if (tid == 0 && rank == 0) {
       lse[row] = lse_row;
-      const A loss_row = row_loss_of(a, x, state, t);  // reads x[t]: before any thread writes the row
+      const A loss_row = row_loss_of(a, part.target_logit, part.state, t);
       if (row_loss) row_loss[row] = loss_row;
       block_loss += loss_row;
     }
     __syncthreads();
     const A g = t == a.ignore_index ? A(0) : row_scale;
     const RowGradient<A> gradient(a, t, g, g, lse_row);
-    auto* out = reinterpret_cast<Pack*>(grad_input + row * a.classes);
-    const auto write_gradient = [&](int64_t i, const Pack& p) { store_streaming(out + i, gradient.pack(i, p)); };
+    auto* out = reinterpret_cast<Pack*>(grad_input + row * a.classes) + first;
+    const auto write_gradient = [&](int64_t i, const Pack& p) {
+      store_streaming(out + i, gradient.pack(first + i, p));
+    };
     // The tail first: its second read comes from L2 before the next row's reads pass through it.
     for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_streaming(packs + i); }, write_gradient);
     for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, [&](int64_t i, const Pack& p) {

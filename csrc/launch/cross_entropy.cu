@@ -13,6 +13,9 @@ using namespace rows;
 
 // The with-gradient kernel's blocks per SM, at most.
 constexpr int kRowsPerSmMax = 32;
+// The with-gradient kernel's static shared memory (its scratch, the block
+// merge's and the cluster inboxes), at most.
+constexpr int64_t kWithGradStaticBytes = 2048;
 
 // Bytes of the accumulator type (float, double for double).
 size_t acc_bytes(const CrossEntropyShape& shape) { return shape.dtype == DType::Double ? 8 : 4; }
@@ -124,7 +127,7 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
     const LossFold<T> fold{static_cast<T*>(io.loss), static_cast<A*>(workspace), arrivals};
     return with_vec<T>(shape.classes, {logits, grad_input}, [&](auto vec) {
       constexpr int kVec = decltype(vec)::value;
-      const auto kernel = cross_entropy_forward_backward_kernel<T, kVec>;
+      const auto kernel = cross_entropy_forward_backward_kernel<T, kVec, false>;
       // Rows that fit twice per SM run in blocks of at most 512 threads, two
       // or more per SM, each row wholly in shared memory. Longer rows run one
       // block of 1024 threads per SM with as much of the row as fits (the
@@ -132,9 +135,44 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       // are not 16-byte packs are not cached.
       const int64_t packs = shape.classes / kVec;
       const int64_t row_bytes = sizeof(VecN<T, kVec>) == 16 ? packs * 16 : 0;
-      const int64_t slot = row_bytes + kStaticSharedBytes;
+      const int64_t slot = row_bytes + kWithGradStaticBytes;
+      const auto launch = [&](auto which, int64_t blocks, int threads, int64_t cached, bool prefetch, int cluster) {
+        cudaLaunchAttribute attribute = cluster_attribute(cluster);
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(unsigned(blocks));
+        config.blockDim = dim3(unsigned(threads));
+        config.dynamicSmemBytes = size_t(cached) * 16;
+        config.stream = stream;
+        config.attrs = &attribute;
+        config.numAttrs = cluster > 1 ? 1 : 0;
+        return cudaLaunchKernelEx(&config, which, a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
+                                  static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input), cached, prefetch);
+      };
+      // Rows of which one block would leave more to L2 than it caches run
+      // split over the smallest cluster whose blocks cache their shares
+      // whole, two to an SM as rows that fit twice run (float accumulators).
+      // H100, bench/micro's cross_entropy probe, µs unsplit -> split: float32
+      // (4096, 128256) 1835 -> 1547, bf16 (1024, 262144) 487 -> 432; where
+      // one block caches most of the row, splitting lost (bf16 (4096,
+      // 128256) 773 -> 827) or tied ((4096, 151936) 950).
+      if constexpr (std::is_same_v<A, float> && sizeof(VecN<T, kVec>) == 16) {
+        if (row_bytes > 2 * (per_block_bytes - kWithGradStaticBytes) && cluster_launch_supported()) {
+          const auto split = cross_entropy_forward_backward_kernel<T, kVec, true>;
+          constexpr int kSplitThreads = kCrossEntropyResidentThreads / 2;
+          for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2) {
+            const int64_t share = ceil_div(packs, int64_t(cluster));
+            if (2 * (share * 16 + kWithGradStaticBytes) > per_sm_bytes) continue;
+            const size_t bytes = size_t(share) * 16;
+            const int resident = resident_clusters(split, cluster, kSplitThreads, bytes);
+            if (resident == 0) break;
+            if (const cudaError_t err = allow_clusters(split, cluster, bytes); err != cudaSuccess) return err;
+            return launch(split, std::min<int64_t>(shape.rows, resident) * cluster, kSplitThreads, share,
+                          /*prefetch=*/true, cluster);
+          }
+        }
+      }
       int threads = kCrossEntropyResidentThreads, per_sm = 1;
-      int64_t cached = std::min<int64_t>(row_bytes, per_block_bytes - kStaticSharedBytes) / 16;
+      int64_t cached = std::min<int64_t>(row_bytes, per_block_bytes - kWithGradStaticBytes) / 16;
       if (2 * slot <= per_sm_bytes) {
         threads = kWarpSize;
         while (threads < kCrossEntropyResidentThreads / 2 && threads * int64_t(4) < packs) threads *= 2;
@@ -145,13 +183,8 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       // faster where two rows fit an SM or a quarter of the row or more is left to L2; 0.4-2% slower where one
       // block caches more (bf16 (4096, 128256), float32 (8192, 50304)).
       const bool prefetch = per_sm > 1 || 4 * (packs - cached) >= packs;
-      const size_t shared = cached * 16;
-      if (const cudaError_t err = allow_shared_bytes(kernel, shared); err != cudaSuccess) return err;
-      const int64_t blocks = std::min<int64_t>(shape.rows, int64_t(sm_count) * per_sm);
-      kernel<<<blocks, threads, shared, stream>>>(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
-                                                  static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input),
-                                                  cached, prefetch);
-      return cudaGetLastError();
+      if (const cudaError_t err = allow_shared_bytes(kernel, size_t(cached) * 16); err != cudaSuccess) return err;
+      return launch(kernel, std::min<int64_t>(shape.rows, int64_t(sm_count) * per_sm), threads, cached, prefetch, 1);
     });
   });
 }
