@@ -184,11 +184,11 @@ def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
                          ids=["bfloat16-37x262144", "bfloat16-3x240008", "float32-300x131072"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype, inplace):
-    # Rows one block cannot mostly keep on chip run split over a cluster of
-    # blocks, each holding its share: shares that do not divide the row
-    # (240008), fewer rows than clusters and more, targets in every share and
-    # at both ends, every reduction, smoothing and ignored rows, against
-    # float64.
+    # Rows one block cannot mostly keep on chip (the launcher splits rows
+    # past twice a block's shared memory) run over a cluster of blocks, each
+    # holding its share: shares that do not divide the row (240008), fewer
+    # rows than clusters and more, targets spread over the shares and at both
+    # ends, every reduction, smoothing and ignored rows, against float64.
     n, v = shape
     logits = (torch.randn(shape, device="cuda") * 3).to(dtype)
     target = torch.randint(0, v, (n,), device="cuda")
