@@ -142,8 +142,7 @@ __device__ __forceinline__ A row_loss_of(const CrossEntropyArgs<T>& a, A target_
 
 // x[t] where t is one of the classes [first, end) (0 otherwise).
 template <typename T>
-__device__ __forceinline__ opmath_t<T> logit_of(const CrossEntropyArgs<T>& a, const T* x, int64_t t, int64_t first,
-                                                int64_t end) {
+__device__ __forceinline__ opmath_t<T> logit_of(const T* x, int64_t t, int64_t first, int64_t end) {
   return t >= first && t < end ? static_cast<opmath_t<T>>(x[t]) : opmath_t<T>(0);
 }
 
@@ -237,7 +236,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   if (threadIdx.x != 0) return;
   const int64_t t = a.target[row];
   lse[row] = row_lse(state);
-  row_loss[row] = row_loss_of(a, logit_of(a, x, t, 0, a.classes), state, t);
+  row_loss[row] = row_loss_of(a, logit_of(x, t, 0, a.classes), state, t);
 }
 
 // L2 priorities for the two reads of a row in the with-gradient kernel: the
@@ -373,7 +372,7 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     // x[t] is read by the block whose share holds it (by the threads that
     // pass the part on), before the barrier after which its threads write
     // their share (in place: over x).
-    if (tid < blocks_per_row) part.target_logit = logit_of(a, x, t, first * kVec, (first + count) * kVec);
+    if (tid < blocks_per_row) part.target_logit = logit_of(x, t, first * kVec, (first + count) * kVec);
     if constexpr (kSplit) part = cluster_merge(part, turn++, blocks_per_row, rank);
     const A lse_row = row_lse(part.state);
     if (tid == 0 && rank == 0) {
