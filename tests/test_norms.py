@@ -88,6 +88,33 @@ def test_rows_far_from_zero(device, dtype, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [768, 1000, 12000, 40000, 262144])
+def test_statistics_whatever_the_first_value(device, dtype, n):
+    # On the GPU a row's deviations from its first value are summed in one
+    # reduction while the mean lies within sqrt(8) deviations of that value,
+    # and a second pass over the deviations from the mean decides otherwise:
+    # rows whose first value lies 0 to 300 deviations out, on both sides of
+    # the bound, through every row kernel (768: warp rows, staged for half
+    # types; 1000: not whole packs; 12000: a block; 40000 and 262144: clusters).
+    spreads = [0.0, 1.0, 2.6, 3.0, -3.0, 10.0, 300.0]
+    x = 500 + torch.randn(len(spreads), n, device=device)
+    x[:, 0] = 500 + torch.tensor(spreads, device=device)
+    x = x.to(dtype)
+    w = torch.randn(n, device=device).to(dtype)
+    b = torch.randn(n, device=device).to(dtype)
+    reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
+    ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
+    theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    for k in range(3):  # out, mean, rstd
+        error_vs_reference(ours[k], theirs[k], reference[k])
+    residual = torch.randn_like(x)
+    out, h = fr.add_layer_norm(x, residual, n, w, b)
+    assert torch.equal(h, x + residual)
+    error_vs_reference(out, F.layer_norm(h, [n], w, b), F.layer_norm(h.double(), [n], w.double(), b.double()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [768, 2000, 70000])
 def test_backward_matches_torch(device, n):
     rows = {768: 64, 2000: 2500, 70000: 3}[n]  # 2000: several rows per partial row on the GPU

@@ -109,12 +109,23 @@ void norm_forward_rows(const NormShape& shape, const NormForwardBuffers<T, at::o
       // rounds at the scale of the row's spread, not its magnitude (a float
       // sum of rows around 1000 gave 2-5x torch's error).
       const A shift = centered && std::isfinite(row[0]) ? row[0] : A(0);
-      const A mu = centered ? shift + cpu::sum(row, n, [shift](auto v) { return v - decltype(v)(shift); }) / n : A(0);
+      A mu = centered ? shift + cpu::sum(row, n, [shift](auto v) { return v - decltype(v)(shift); }) / n : A(0);
       const A squares = cpu::sum(row, n, [mu](auto v) {
         const auto d = v - decltype(v)(mu);
         return d * d;
       });
-      const A inv = A(1) / std::sqrt(squares / n + eps);
+      A variance = squares / n;
+      // A first value far from the mean leaves the rounding of its deviations
+      // in mu: a pass over the deviations from mu corrects it (Chan, Golub
+      // and LeVeque), as the GPU kernels do.
+      if (centered && (mu - shift) * (mu - shift) > A(LayerNormMath::kShiftedSpreadMax) * variance) {
+        const A correction = cpu::sum(row, n, [mu](auto v) { return v - decltype(v)(mu); }) / n;
+        if (std::isfinite(correction)) {
+          mu += correction;
+          variance = std::max(variance - correction * correction, A(0));
+        }
+      }
+      const A inv = A(1) / std::sqrt(variance + eps);
       A* out = output_row(ys + r * n, buffers.out, n);
       for_each_vector<A>(n, [&](int64_t i, int64_t count) {
         V v = (V::loadu(row + i, count) - V(mu)) * V(inv);

@@ -28,6 +28,11 @@ struct NormShape {
 // variant is a NormKind, a policy here and its case in with_norm_math.
 struct LayerNormMath {
   static constexpr bool kCentered = true;  // subtract the row mean; a bias
+  // Deviations from a row's first value give its variance in one pass while
+  // the mean lies within sqrt(kShiftedSpreadMax) deviations of that value:
+  // E[(x - x0)^2] - (mean - x0)^2 then cancels at most log2(1 + 8) bits.
+  // Beyond, a pass over the deviations from the mean corrects it.
+  static constexpr float kShiftedSpreadMax = 8;
 };
 struct RmsNormMath {
   static constexpr bool kCentered = false;  // the mean taken as 0; no bias

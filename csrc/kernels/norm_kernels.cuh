@@ -34,10 +34,20 @@ struct NormBackwardArgs : NormBackwardBuffers<T, opmath_t<T>> {
   bool prefetch;
 };
 
-// layer_norm's forward corrects its mean in the second pass where the input
-// has a float's bits (row_variance says why half-precision rows skip it).
-template <typename T, typename Math>
-constexpr bool kCorrectsMean = Math::kCentered && std::is_same_v<T, opmath_t<T>>;
+// A row's rstd (and mean, 0 for rms_norm) from the values this thread holds
+// (for_each), `shift` common to the row (row_variance), summed over the row's
+// threads by row_sum.
+template <bool kCentered, typename A, typename ForEach, typename RowSum>
+__device__ __forceinline__ A row_rstd(int64_t n, A eps, A shift, ForEach&& for_each, RowSum&& row_sum, A& mean) {
+  if constexpr (kCentered) {
+    return rsqrt_acc(row_variance(shift, A(LayerNormMath::kShiftedSpreadMax), n, for_each, row_sum, mean) + eps);
+  } else {
+    A squares = 0;
+    for_each([&](A v) { squares += v * v; });
+    mean = 0;
+    return rsqrt_acc(row_sum(squares) / static_cast<A>(n) + eps);
+  }
+}
 
 template <bool kCentered, typename A>
 __device__ __forceinline__ A row_mean(const A* mean, int64_t row) {
@@ -53,20 +63,15 @@ __global__ void norm_forward_block_kernel(NormForwardArgs<T> a, bool cached) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   __shared__ Deviations<A> scratch[kWarpSize];  // room for a sum or a pair of sums
-  auto block_sum = [&](auto v) {
-    return block_allreduce<SumOp<decltype(v)>>(v, reinterpret_cast<decltype(v)*>(scratch));
-  };
   const int64_t n = a.n, offset = blockIdx.x * n;
   const Row<T, A> row = stage_row(a.x + offset, n, cached ? row_cache<A>(0, n) : nullptr);
-  A mean = 0;
-  if constexpr (kCentered) {
-    A sum = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i];
-    mean = block_sum(sum) / static_cast<A>(n);
-  }
-  Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) deviations.add(row[i] - mean);
-  const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, block_sum) + a.eps);
+  A mean;
+  const A rstd = row_rstd<kCentered>(
+      n, a.eps, row[0],
+      [&](auto f) {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) f(row[i]);
+      },
+      [&](auto v) { return block_allreduce<SumOp<decltype(v)>>(v, reinterpret_cast<decltype(v)*>(scratch)); }, mean);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     A v = (row[i] - mean) * rstd;
     if (a.weight) v *= static_cast<A>(a.weight[i]);
@@ -166,10 +171,13 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 // layer_norm's walking kernels of at most four packs a thread are held to two
 // blocks an SM, as their one-row kernels run (bf16 took 73 registers unheld,
 // so the launcher would not walk). rms_norm's fit unheld; held, bf16 spilled
-// and ran 25% slower. Every other kernel states no minimum (0: a stated 1
-// changes ptxas's register choices).
+// and ran 25% slower. layer_norm's one-row kernel of four float packs is held
+// to three (its second pass took it from 40 registers to 54 and two blocks).
+// Every other kernel states no minimum (0: a stated 1 changes ptxas's
+// register choices).
 template <typename T, int kPacks, int kVec, typename Math, bool kWalk>
-constexpr int kForwardMinBlocks = kWalk && Math::kCentered && kPacks * sizeof(VecN<T, kVec>) <= 64 ? 2 : 0;
+constexpr int kForwardMinBlocks =
+    !Math::kCentered || kPacks * sizeof(VecN<T, kVec>) > 64 ? 0 : kWalk ? 2 : sizeof(T) == 4 && kPacks == 4 ? 3 : 0;
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlocks<T, kPacks, kVec, Math, kWalk>))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
@@ -226,23 +234,23 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlock
     // loaded, which frees their registers.
     if (!kLateParams && kCentered && a.bias)
       load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
-    auto row_sum = [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); };
-    A mean = 0;
-    if constexpr (kCentered) {
-      A sum = 0;  // the zero packs past the end add nothing
+    // The row's first value as the shift: lane 0's in a warp row, a load
+    // every thread shares in a block row.
+    A shift = 0;
+    if constexpr (kCentered && kWarpRows) shift = __shfl_sync(kFullMask, value(packs[0], 0), 0);
+    if constexpr (kCentered && !kWarpRows)
+      shift = static_cast<A>(a.x[offset]) + (a.residual ? static_cast<A>(a.residual[offset]) : A(0));
+    A mean;
+    const A rstd = row_rstd<kCentered>(
+        n, a.eps, shift,
+        [&](auto f) {
 #pragma unroll
-      for (int p = 0; p < kPacks; ++p)
+          for (int p = 0; p < kPacks; ++p)
+            if (threads.group(p) < groups)
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) sum += value(packs[p], j);
-      mean = row_sum(sum) / static_cast<A>(n);
-    }
-    Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p)
-      if (threads.group(p) < groups)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) deviations.add(value(packs[p], j) - mean);
-    const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, row_sum) + a.eps);
+              for (int j = 0; j < kVec; ++j) f(value(packs[p], j));
+        },
+        [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
     Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -458,16 +466,10 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize, kStagedMinBlocks
   const int n = static_cast<int>(a.n);
   T* const stage = row_cache<T>(threadIdx.x / kWarpSize, n);  // the warp's slot
   stage_warp_row<kVec>(stage, a.x + row * n, n);
-  auto warp_sum = [](auto v) { return warp_allreduce<SumOp<decltype(v)>>(v); };
-  A mean = 0;
-  if constexpr (kCentered) {
-    A sum = 0;
-    for_each_staged<kVec, A>(stage, n, [&](A v) { sum += v; });
-    mean = warp_sum(sum) / static_cast<A>(n);
-  }
-  Deviations<A> deviations(0);  // two passes: no cancellation in E[x^2] - mean^2
-  for_each_staged<kVec, A>(stage, n, [&](A v) { deviations.add(v - mean); });
-  const A rstd = rsqrt_acc(row_variance<kCorrectsMean<T, Math>>(mean, deviations, n, warp_sum) + a.eps);
+  A mean;
+  const A rstd = row_rstd<kCentered>(
+      n, a.eps, static_cast<A>(stage[0]), [&](auto f) { for_each_staged<kVec, A>(stage, n, f); },
+      [](auto v) { return warp_allreduce<SumOp<decltype(v)>>(v); }, mean);
   map_staged<kVec, A>(stage, a.y + row * n, n, [&](int first, A(&v)[kVec]) {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mean) * rstd;

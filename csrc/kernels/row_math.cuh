@@ -39,10 +39,8 @@ __device__ __forceinline__ A exp_shifted(A v, A top) {
   return exp2_acc((v - top) * static_cast<A>(kLog2e));
 }
 
-// The corrected two-pass variance (Chan, Golub and LeVeque): the second pass
-// sums the deviations from the first pass's mean as well as their squares,
-// which removes what the rounding of that mean's float sum left (rows far
-// from zero had 2-5x torch's error from it). Summed by SumOp like a number.
+// Sums of deviations from some value, and of their squares.
+// Summed by SumOp like a number.
 template <typename A>
 struct Deviations {
   A squares;
@@ -59,23 +57,32 @@ struct Deviations {
   }
 };
 
-// The variance of a row of n from its deviations from `mean`, with
-// `row_sum(v)` summing v over the row. kCorrectMean: `mean` is corrected,
-// except in a row of inf or NaN (its variance is NaN either way). Callers
-// skip it where the first pass's sum is already exact enough: rms_norm's mean
-// is 0, and half-precision rows (8-11 bits) leave a float sum 13 spare bits.
-template <bool kCorrectMean, typename A, typename RowSum>
-__device__ __forceinline__ A row_variance(A& mean, const Deviations<A>& deviations, int64_t n, RowSum&& row_sum) {
+// The mean and variance of a row of n values, of which for_each(f) calls f
+// on the ones this thread holds, with row_sum(v) summing v over the row.
+// One reduction: the deviations from `shift`, a value common to the row (its
+// first), and their squares, var = E[(x - shift)^2] - (mean - shift)^2, while
+// (mean - shift)^2 <= spread_max * var. Otherwise (or where the sums are not
+// finite) a second pass over the deviations from that mean, corrected by
+// their sum (Chan, Golub and LeVeque): no cancellation against a mean far
+// from the shift, and none from the rounding of the first pass's mean.
+template <typename A, typename ForEach, typename RowSum>
+__device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForEach&& for_each, RowSum&& row_sum,
+                                          A& mean) {
   const A count = static_cast<A>(n);
-  if constexpr (kCorrectMean) {
-    const Deviations<A> row = row_sum(deviations);
-    const A shift = row.sum / count;
-    if (!isfinite(shift)) return row.squares / count;
-    mean += shift;
-    return max(row.squares / count - shift * shift, A(0));
-  } else {
-    return row_sum(deviations.squares) / count;
-  }
+  Deviations<A> from_shift(0);
+  for_each([&](A v) { from_shift.add(v - shift); });
+  const Deviations<A> shifted = row_sum(from_shift);
+  const A offset = shifted.sum / count;
+  mean = shift + offset;
+  const A variance = shifted.squares / count - offset * offset;
+  if (offset * offset <= spread_max * variance) return variance;  // false for NaN
+  Deviations<A> from_mean(0);
+  for_each([&](A v) { from_mean.add(v - mean); });
+  const Deviations<A> row = row_sum(from_mean);
+  const A correction = row.sum / count;
+  if (!isfinite(correction)) return row.squares / count;
+  mean += correction;
+  return max(row.squares / count - correction * correction, A(0));
 }
 
 __device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
