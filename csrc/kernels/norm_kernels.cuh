@@ -176,10 +176,13 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 // Every other kernel states no minimum (0: a stated 1 changes ptxas's
 // register choices).
 template <typename T, int kPacks, int kVec, typename Math, bool kWalk>
-constexpr int kForwardMinBlocks =
-    !Math::kCentered || kPacks * sizeof(VecN<T, kVec>) > 64 ? 0 : kWalk ? 2 : sizeof(T) == 4 && kPacks == 4 ? 3 : 0;
+constexpr int forward_min_blocks() {
+  if (!Math::kCentered || kPacks * sizeof(VecN<T, kVec>) > 64) return 0;
+  if (kWalk) return 2;
+  return sizeof(T) == 4 && kPacks == 4 ? 3 : 0;
+}
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false>
-__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (kForwardMinBlocks<T, kPacks, kVec, Math, kWalk>))
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
   constexpr bool kCentered = Math::kCentered;
