@@ -219,6 +219,32 @@ def test_wide_rows_whose_blocks_differ(dtype, n):
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows, n", [(16, 768), (16, 1024), (16, 1600), (16, 8192), (16, 65536), (40, 262144)])
+def test_rows_whatever_their_first_value(dtype, rows, n):
+    # Two-byte rows take their exponentials against the row's first value and
+    # sum them in the reduction that finds the maximum, unless the maximum is
+    # over 96 (base 2) above it, the first value is not finite or past 2^24:
+    # then the row again against its maximum. Rows of each kind, in warp
+    # rows, block rows, clusters and (262144) walked clusters.
+    x = (torch.randn(rows, n, device="cuda") * 3).to(dtype)
+    # The rows' maxima are 9-16 (the largest of 768-262144 draws).
+    x[0::8, 0] = -200.0  # the exponentials overflow: the second pass
+    x[1::8, 0] = -45.0  # up to 61 below (88 in base 2): one reduction
+    x[2::8, 0] = -62.0  # 71-78 below (102-113): the second pass, sums finite
+    x[3::8, 0] = 80.0  # the maximum itself, far above the rest
+    x[4::8, 0] = float("-inf")
+    x[5::8, 0] = 2.0**25 if dtype == torch.bfloat16 else 6e4  # past 2^24 (bf16)
+    x[6::8, 0] = float("nan")
+    ours, theirs = fr.softmax(x, -1), torch.softmax(x, -1)
+    nan_rows = torch.arange(rows, device="cuda") % 8 == 6
+    assert ours[nan_rows].isnan().all() and theirs[nan_rows].isnan().all()
+    finite = ~nan_rows
+    error_vs_reference(ours[finite], theirs[finite], torch.softmax(x[finite].double(), -1))
+
+
+@requires_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_wide_rows_than_resident_clusters(dtype):
     # As test_norms.py's: 600 rows of 65536, many more clusters than resident.

@@ -57,6 +57,22 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
+// A row's largest scaled value and its sum of exponentials against a shift,
+// reduced together. Exponentials of at most kShiftedRangeMax (base 2) above
+// the shift sum to less than 2^127 in rows of under 2^31.
+constexpr float kShiftedRangeMax = 96;
+template <typename A>
+struct TopAndSum {
+  A top, sum;
+};
+template <typename A>
+struct TopAndSumOp {
+  __device__ static TopAndSum<A> identity() { return {MaxOp<A>::identity(), A(0)}; }
+  __device__ static TopAndSum<A> combine(const TopAndSum<A>& a, const TopAndSum<A>& b) {
+    return {MaxOp<A>::combine(a.top, b.top), a.sum + b.sum};
+  }
+};
+
 // Softmax with the row in registers, converted to A once and overwritten by
 // its exponentials, so each element costs one exp2 (a second pass of exp2 and
 // conversions cost 10-25% at rows of 1600-8192 bf16: bench/micro/softmax_rows).
@@ -70,6 +86,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   static_assert(!kWalk || !kWarpRows, "block rows walk");
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
+  // One reduction (below) in rows of two-byte packs only: the extra live
+  // values cost float rows occupancy (f32 (512, 262144) 23% slower), spill
+  // the causal walk and slow rows of one element a load (bf16 1000 wide:
+  // 12.2 -> 12.4 µs).
+  constexpr bool kOneReduction = sizeof(T) == 2 && kVec > 1 && !kCausal;
   RowThreads<kWarpRows> threads(rows);
   if (threads.row < 0) return;
   const int64_t row_groups = gridDim.x / cluster_blocks();
@@ -81,7 +102,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     }
     const int valid = kCausal ? static_cast<int>(threads.row % causal) + 1 : n;
     A v[kPacks][kVec];
-    {
+    auto load_row = [&] {
       Pack packs[kPacks];
       if constexpr (kCausal) load_valid_packs(threads, x + threads.row * n, valid, packs);
       else load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), n / kVec, packs);
@@ -89,7 +110,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
       for (int p = 0; p < kPacks; ++p)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) v[p][j] = static_cast<A>(packs[p].elem[j]);
-    }
+    };
+    load_row();
     auto in_row = [&](int p, int j) {
       return kCausal ? threads.group(p) * kVec + j < valid : threads.group(p) < n / kVec;
     };
@@ -107,20 +129,41 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
         for (int j = 0; j < kVec; ++j) v[p][j] = f(v[p][j]);
     };
     const A scale2 = scale * static_cast<A>(kLog2e);
-    A top = -std::numeric_limits<A>::infinity();
-    for_each_valid([&](A e) { top = max_acc(top, scale2 * e); });
-    top = threads.template allreduce<MaxOp<A>>(top);
-    if (fma_shift_in_range(top)) {
-      map_row([&](A e) { return exp2_acc(scale2 * e - top); });
-    } else {
-      A top_natural = -std::numeric_limits<A>::infinity();
-      for_each_valid([&](A e) { top_natural = max_acc(top_natural, mul_rn(scale, e)); });
-      top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
-      map_row([&](A e) { return exp_shifted(mul_rn(scale, e), top_natural); });
+    A inv;
+    bool normalised = false;
+    if constexpr (kOneReduction) {
+      // The exponentials against the row's first value (lane 0's in a warp
+      // row, a load every thread shares in a block row), summed together
+      // with the row's largest value, which tells whether none overflowed.
+      // Otherwise the row again, against its largest value.
+      const A shift = scale2 * (kWarpRows ? __shfl_sync(kFullMask, v[0][0], 0) : static_cast<A>(x[threads.row * n]));
+      if (fma_shift_in_range(shift)) {  // the same in every thread of the row
+        TopAndSum<A> mine = TopAndSumOp<A>::identity();
+        for_each_valid([&](A e) { mine.top = max_acc(mine.top, scale2 * e); });
+        map_row([&](A e) { return exp2_acc(scale2 * e - shift); });
+        for_each_valid([&](A e) { mine.sum += e; });
+        const TopAndSum<A> row = threads.template allreduce<TopAndSumOp<A>>(mine);
+        normalised = row.top - shift <= A(kShiftedRangeMax);  // false for inf and NaN
+        inv = A(1) / row.sum;
+      }
+      if (!normalised) load_row();
     }
-    A sum = 0;
-    for_each_valid([&](A e) { sum += e; });
-    const A inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
+    if (!normalised) {
+      A top = -std::numeric_limits<A>::infinity();
+      for_each_valid([&](A e) { top = max_acc(top, scale2 * e); });
+      top = threads.template allreduce<MaxOp<A>>(top);
+      if (fma_shift_in_range(top)) {
+        map_row([&](A e) { return exp2_acc(scale2 * e - top); });
+      } else {
+        A top_natural = -std::numeric_limits<A>::infinity();
+        for_each_valid([&](A e) { top_natural = max_acc(top_natural, mul_rn(scale, e)); });
+        top_natural = threads.template allreduce<MaxOp<A>>(top_natural);
+        map_row([&](A e) { return exp_shifted(mul_rn(scale, e), top_natural); });
+      }
+      A sum = 0;
+      for_each_valid([&](A e) { sum += e; });
+      inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
+    }
     Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
