@@ -115,6 +115,29 @@ def test_statistics_whatever_the_first_value(device, dtype, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [768, 12000, 262144])
+def test_rows_with_values_far_out(device, dtype, n):
+    # Single values 10^3-10^4 deviations out (the massive activations of
+    # LLMs' hidden states), first, mid-row, last, or many of 300: every
+    # square after one in a float lane of the CPU's sum rounds at its scale.
+    x = torch.randn(5, n, device=device)
+    x[0, 0] = 1e4
+    x[1, n // 2] = -1e4
+    x[2, n - 1] = 1e3
+    x[3, 5::97] = 300.0
+    x = x.to(dtype)
+    w = torch.randn(n, device=device).to(dtype)
+    b = torch.randn(n, device=device).to(dtype)
+    reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
+    ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
+    theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    for k in range(3):  # out, mean, rstd
+        error_vs_reference(ours[k], theirs[k], reference[k])
+    error_vs_reference(fr.rms_norm(x, n, w), F.rms_norm(x, [n], w), F.rms_norm(x.double(), [n], w.double()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [768, 2000, 70000])
 def test_backward_matches_torch(device, n):
     rows = {768: 64, 2000: 2500, 70000: 3}[n]  # 2000: several rows per partial row on the GPU
