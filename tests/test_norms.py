@@ -62,6 +62,27 @@ def test_gradcheck(device):
     assert torch.autograd.gradcheck(lambda x: fr.layer_norm(x, 6), (x,))
 
 
+def layer_norm_against_torch(x, w, b, outputs=3):
+    """The first `outputs` of our layer_norm's (out, mean, rstd) against
+    float64 and torch's."""
+    n = x.shape[-1]
+    reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
+    ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
+    theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    for k in range(outputs):
+        error_vs_reference(ours[k], theirs[k], reference[k])
+
+
+def add_layer_norm_against_torch(x, w, b):
+    """add_layer_norm's h exactly x + residual, and its output against
+    float64 and torch's layer_norm of h."""
+    n = x.shape[-1]
+    residual = torch.randn_like(x)
+    out, h = fr.add_layer_norm(x, residual, n, w, b)
+    assert torch.equal(h, x + residual)
+    error_vs_reference(out, F.layer_norm(h, [n], w, b), F.layer_norm(h.double(), [n], w.double(), b.double()))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("n", [768, 12000, 40000, 262144])
@@ -76,15 +97,8 @@ def test_rows_far_from_zero(device, dtype, n):
     x[2, 0] = 1300  # sums of deviations from the first element would cancel to noise here
     w = torch.randn(n, device=device).to(dtype)
     b = torch.randn(n, device=device).to(dtype)
-    reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
-    ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
-    theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
-    for k in range(2):  # out, mean
-        error_vs_reference(ours[k], theirs[k], reference[k])
-    residual = torch.randn_like(x)
-    out, h = fr.add_layer_norm(x, residual, n, w, b)
-    assert torch.equal(h, x + residual)
-    error_vs_reference(out, F.layer_norm(h, [n], w, b), F.layer_norm(h.double(), [n], w.double(), b.double()))
+    layer_norm_against_torch(x, w, b, outputs=2)  # out, mean
+    add_layer_norm_against_torch(x, w, b)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -103,15 +117,8 @@ def test_statistics_whatever_the_first_value(device, dtype, n):
     x = x.to(dtype)
     w = torch.randn(n, device=device).to(dtype)
     b = torch.randn(n, device=device).to(dtype)
-    reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
-    ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
-    theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
-    for k in range(3):  # out, mean, rstd
-        error_vs_reference(ours[k], theirs[k], reference[k])
-    residual = torch.randn_like(x)
-    out, h = fr.add_layer_norm(x, residual, n, w, b)
-    assert torch.equal(h, x + residual)
-    error_vs_reference(out, F.layer_norm(h, [n], w, b), F.layer_norm(h.double(), [n], w.double(), b.double()))
+    layer_norm_against_torch(x, w, b)
+    add_layer_norm_against_torch(x, w, b)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -129,11 +136,7 @@ def test_rows_with_values_far_out(device, dtype, n):
     x = x.to(dtype)
     w = torch.randn(n, device=device).to(dtype)
     b = torch.randn(n, device=device).to(dtype)
-    reference = torch.ops.aten.native_layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
-    ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
-    theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
-    for k in range(3):  # out, mean, rstd
-        error_vs_reference(ours[k], theirs[k], reference[k])
+    layer_norm_against_torch(x, w, b)
     error_vs_reference(fr.rms_norm(x, n, w), F.rms_norm(x, [n], w), F.rms_norm(x.double(), [n], w.double()))
 
 
