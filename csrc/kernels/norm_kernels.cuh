@@ -260,6 +260,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         },
         [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
     Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
+    const RowNormalizer<T, A> normalize(mean, rstd);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       for (int j = 0; j < kVec; ++j) {
         const A w = a.weight ? value(scales[p], j) : A(1);
         const A b = kCentered && a.bias ? value(shifts[p], j) : A(0);
-        result.elem[j] = static_cast<T>((value(packs[p], j) - mean) * rstd * w + b);
+        result.elem[j] = static_cast<T>(normalize(value(packs[p], j)) * w + b);
       }
       out[threads.group(p)] = result;
     }

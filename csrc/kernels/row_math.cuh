@@ -85,6 +85,22 @@ __device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForE
   return max(row.squares / count - correction * correction, A(0));
 }
 
+// xhat = (v - mean) * rstd of a row. Where the output is a two-byte type,
+// one fma, v * rstd - mean * rstd: its one more rounding (of mean * rstd,
+// 2^-24 relative to |mean| / std, as the rounding of the mean itself) is far
+// below the output's, and it saves an instruction an element: layer_norm
+// bf16 rows in clusters 1-2% faster on the H100 (the staged 768-wide rows
+// were not: they keep the subtraction). Exact for rms_norm's mean of 0.
+template <typename T, typename A>
+struct RowNormalizer {
+  A mean, rstd, shifted;
+  __device__ RowNormalizer(A mean, A rstd) : mean(mean), rstd(rstd), shifted(-mean * rstd) {}
+  __device__ A operator()(A v) const {
+    if constexpr (sizeof(T) == 2) return fma(v, rstd, shifted);
+    else return (v - mean) * rstd;
+  }
+};
+
 __device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
 
