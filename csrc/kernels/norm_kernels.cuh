@@ -173,12 +173,12 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 // so the launcher would not walk). rms_norm's fit unheld; held, bf16 spilled
 // and ran 25% slower. layer_norm's one-row kernel of four float packs is held
 // to three (its second pass took it from 40 registers to 54 and two blocks).
-// Walking kernels of eight float packs (rows of 131073-262144 floats, in
-// clusters of 16) are held to two: rms_norm's took 78 registers unheld, one
-// block an SM, and 7 clusters ran where 14 fit (float32 (512, 262144) 410 ->
-// 365 µs on the H100, 64 registers, no spill); layer_norm's shared params
-// leave it one block an SM either way. Every other kernel states no minimum (0: a stated 1 changes ptxas's
-// register choices).
+// Walking kernels of eight float packs (131073-262144 floats, clusters of 16)
+// are held to two: unheld, rms_norm's took 78 registers, one block an SM, and
+// 7 clusters ran where 14 fit (float32 (512, 262144) 410 -> 365 µs on the
+// H100; held: 64 registers, no spill). layer_norm's parameters in shared
+// memory leave it one block an SM either way. Every other kernel states no
+// minimum (0: a stated 1 changes ptxas's register choices).
 template <typename T, int kPacks, int kVec, typename Math, bool kWalk>
 constexpr int forward_min_blocks() {
   if (kWalk && sizeof(T) == 4 && kPacks == 8) return 2;
