@@ -153,6 +153,10 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
   }
 }
 
+// A walking kernel's shared slot of one weight pack of kVec elements.
+template <typename T, int kVec, typename Math>
+using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, VecN<T, kVec>>;
+
 // ---- The row in registers. Warp rows load the weight and bias packs with
 // the x packs, so the output pass only computes and stores (faster than
 // reading them after the statistics or staging them in shared memory).
@@ -166,7 +170,10 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 // use into its own slots of dynamic shared memory (kPacks * blockDim.x packs
 // a parameter), and every row reads them from there: read per row through
 // L1, layer_norm's two parameters (64 KiB each a block at float rows of
-// 262144) missed it.
+// 262144) missed it. layer_norm's weight slots hold it in the accumulator
+// type (WalkWeight: for two-byte rows twice the bytes, one unpacking an
+// element less; bf16 (512, 262144) 212 -> 206 µs on the H100); rms_norm's
+// keep the packs (floats took its bf16 walk to 68 registers, one block an SM).
 //
 // layer_norm's walking kernels of at most four packs a thread are held to two
 // blocks an SM, as their one-row kernels run (bf16 took 73 registers unheld,
@@ -205,13 +212,21 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
-  Pack* const weight_slots = kWalk ? reinterpret_cast<Pack*>(row_cache<T>(0, 0)) : nullptr;
-  Pack* const bias_slots = kWalk ? weight_slots + (a.weight ? kPacks * blockDim.x : 0) : nullptr;
+  using WeightSlot = WalkWeight<T, kVec, Math>;
+  WeightSlot* const weight_slots = kWalk ? reinterpret_cast<WeightSlot*>(row_cache<T>(0, 0)) : nullptr;
+  Pack* const bias_slots =
+      kWalk ? reinterpret_cast<Pack*>(weight_slots + (a.weight ? kPacks * blockDim.x : 0)) : nullptr;
   if constexpr (kWalk) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
-      if (a.weight) weight_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+      if (a.weight) {
+        const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+        WeightSlot slot;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
+        weight_slots[threads.local(p)] = slot;
+      }
       if (kCentered && a.bias) bias_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
     }
   }
@@ -264,11 +279,12 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
+      WeightSlot walk_weight;
       if constexpr (kWalk) {
-        // Whole packs either way: assigned only where a parameter is given,
+        // Whole slots either way: assigned only where a parameter is given,
         // they stay live from row to row (layer_norm bf16: 97 registers, not
         // 64). The one-row kernels do not loop, and run 1-3% slower so.
-        scales[p] = a.weight ? weight_slots[threads.local(p)] : Pack{};
+        walk_weight = a.weight ? weight_slots[threads.local(p)] : WeightSlot{};
         shifts[p] = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
       } else if constexpr (kLateParams) {
         if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
@@ -277,7 +293,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       Pack result;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const A w = a.weight ? value(scales[p], j) : A(1);
+        const A w = !a.weight ? A(1) : kWalk ? static_cast<A>(walk_weight.elem[j]) : value(scales[p], j);
         const A b = kCentered && a.bias ? value(shifts[p], j) : A(0);
         result.elem[j] = static_cast<T>(normalize(value(packs[p], j)) * w + b);
       }
