@@ -9,7 +9,9 @@ Two timings per cell, both medians:
 - call µs: CUDA events around one call as a user makes it, started with the
   device idle and the L2 evicted, so the launch and the host work of the
   call count too; the implementations take turns, call by call, so that the
-  host's drift (tens of µs at short rows) reaches them alike.
+  host's drift (tens of µs at short rows) reaches them alike, and the turn
+  that goes first rotates each round (a forward + backward call ran ~10%
+  slower in the last place of a turn than in the first, whichever it was).
 Copy of the bytes: an element-wise kernel moving as many bytes as the
 cell's traffic (half read, half written), timed both ways: the limit a
 kernel of that traffic meets here (reads alone run ~2% faster).
@@ -156,15 +158,18 @@ class Meter:
         else:
             torch.ops.fastreduce._read_probe(self.flush)
 
-    def call_us(self, fns: dict, reps=21, warmup=1):
-        """Median per-call µs of each function, taken in turns (a, b, c, a, b, c, ...)
-        so that the host's slow drift reaches every implementation alike."""
+    def call_us(self, fns: dict, reps=24, warmup=1):
+        """Median per-call µs of each function, taken in turns (a, b, c, then b, c, a,
+        then c, a, b, ...) so that the host's slow drift and the place in a turn
+        reach every implementation alike."""
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
-        times = {name: [] for name in fns}
-        for _ in range(reps):
-            for name, fn in fns.items():
+        names = list(fns)
+        times = {name: [] for name in names}
+        for rep in range(reps):
+            for name in names[rep % len(names):] + names[:rep % len(names)]:
+                fn = fns[name]
                 self.evict_l2()
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 torch.cuda.synchronize()
