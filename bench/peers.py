@@ -9,9 +9,11 @@ Two timings per cell, both medians:
 - call µs: CUDA events around one call as a user makes it, started with the
   device idle and the L2 evicted, so the launch and the host work of the
   call count too; the implementations take turns, call by call, so that the
-  host's drift (tens of µs at short rows) reaches them alike, and the turn
-  that goes first rotates each round (a forward + backward call ran ~10%
-  slower in the last place of a turn than in the first, whichever it was).
+  host's drift (tens of µs at short rows) reaches them alike, in orders of
+  a balanced Latin square: each takes every place in a turn, and follows
+  every other, equally often (a forward + backward call ran ~10% slower in
+  the last place of a turn than in the first, whichever it was, and the
+  call after a Triton peer's may start with the host's caches cold).
 Copy of the bytes: an element-wise kernel moving as many bytes as the
 cell's traffic (half read, half written), timed both ways: the limit a
 kernel of that traffic meets here (reads alone run ~2% faster).
@@ -141,6 +143,22 @@ def make_inputs(names: str, shape, dtype, grad: bool):
     return inputs
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of 0..n-1 (Williams' Latin square) in which each index takes each
+    place, and directly follows each other index, equally often: 0, 1, n-1, 2,
+    n-2, ... shifted by one per row; for odd n also each row reversed."""
+    first = [0]
+    low, high = 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(i + shift) % n for i in first] for shift in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
+
+
 class Meter:
     def __init__(self, write_flush: bool = False):
         self.flush = torch.empty(2**28, dtype=torch.float32, device="cuda").uniform_()  # 1 GiB
@@ -159,17 +177,18 @@ class Meter:
             torch.ops.fastreduce._read_probe(self.flush)
 
     def call_us(self, fns: dict, reps=24, warmup=1):
-        """Median per-call µs of each function, taken in turns (a, b, c, then b, c, a,
-        then c, a, b, ...) so that the host's slow drift and the place in a turn
-        reach every implementation alike."""
+        """Median per-call µs of each function, taken in turns whose orders
+        (balanced_orders) give every implementation each place in a turn and
+        each predecessor alike, as the host's slow drift."""
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
         names = list(fns)
+        orders = balanced_orders(len(names))
         times = {name: [] for name in names}
         for rep in range(reps):
-            for name in names[rep % len(names):] + names[:rep % len(names)]:
-                fn = fns[name]
+            for index in orders[rep % len(orders)]:
+                name, fn = names[index], fns[names[index]]
                 self.evict_l2()
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 torch.cuda.synchronize()
