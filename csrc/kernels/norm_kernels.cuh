@@ -230,6 +230,24 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       if (kCentered && a.bias) bias_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
     }
   }
+  // rms_norm's two-byte one-row blocks copy their weight packs into shared
+  // memory as the row loads, where the launcher gives them room (single
+  // blocks, not clusters): read after the reduction, they no longer wait on
+  // L2 there (H100, bf16 (8192, 1600) 18.5 -> 17.8 µs). layer_norm's weight
+  // and bias staged so ran 10% slower.
+  constexpr bool kStagedWeight =
+      !kWarpRows && !kWalk && !kCentered && sizeof(T) == 2 && sizeof(Pack) == 16;
+  Pack* staged_weight = nullptr;
+  if constexpr (kStagedWeight) {
+    if (a.weight && dynamic_shared_bytes() >= kPacks * blockDim.x * sizeof(Pack)) {
+      staged_weight = reinterpret_cast<Pack*>(row_cache<T>(0, 0));
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (threads.group(p) < groups)
+          copy16_async_cached(&staged_weight[threads.local(p)],
+                              reinterpret_cast<const Pack*>(a.weight) + threads.group(p));
+    }
+  }
   const int64_t row_groups = gridDim.x / cluster_blocks();
   for (;; threads.row += row_groups) {
     if constexpr (kWalk) {
@@ -276,6 +294,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
     Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
     const RowNormalizer<T, A> normalize(mean, rstd);
+    if (staged_weight) wait_async_copies();
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
@@ -287,7 +306,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         walk_weight = a.weight ? weight_slots[threads.local(p)] : WeightSlot{};
         shifts[p] = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
       } else if constexpr (kLateParams) {
-        if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+        if (staged_weight) scales[p] = staged_weight[threads.local(p)];
+        else if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
         if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
       }
       Pack result;

@@ -85,6 +85,13 @@ __device__ __forceinline__ E* row_cache(int slot, int64_t n) {
   return reinterpret_cast<E*>(shared_bytes + slot * stride);
 }
 
+// The dynamic shared memory this launch was given, in bytes.
+__device__ __forceinline__ unsigned dynamic_shared_bytes() {
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
+}
+
 // Rows of up to 1024 elements run one warp each, eight warps per block.
 constexpr int kWarpRowsPerBlock = 8;
 
@@ -224,6 +231,17 @@ __device__ __forceinline__ void copy16_async(void* shared, const void* global) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+#else
+  *static_cast<uint4*>(shared) = *static_cast<const uint4*>(global);
+#endif
+}
+
+// copy16_async through L1: for data every block reads (parameters), which
+// past L1 would send all of them to the same few L2 lines.
+__device__ __forceinline__ void copy16_async_cached(void* shared, const void* global) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
 #else
   *static_cast<uint4*>(shared) = *static_cast<const uint4*>(global);
 #endif

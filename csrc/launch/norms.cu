@@ -121,13 +121,15 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // Walking clusters hold each thread's weight and bias packs in shared memory.
     const size_t weight_bytes = a.weight ? sizeof(WalkWeight<T, Vec16<T>::kSize, Math>) : 0;
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
+    // rms_norm's two-byte one-block rows stage their weight (norm_kernels.cuh).
+    const size_t staged_bytes = !Math::kCentered && sizeof(T) == 2 && a.weight ? sizeof(Vec16<T>) : 0;
     return launch_block_lanes<T, 8, /*kWalks=*/true>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
         [](auto packs, auto vec, auto walk) {
           return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math,
                                            decltype(walk)::value>;
         },
-        std::make_tuple(a), block_rows, (weight_bytes + bias_bytes) * kRowThreadsMax);
+        std::make_tuple(a), block_rows, (weight_bytes + bias_bytes) * kRowThreadsMax, staged_bytes);
   }
   // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in

@@ -268,11 +268,13 @@ constexpr int kWalkClusterMin = 4;
 // kWalks: kernel_for takes a third argument, std::true_type for the walking
 // kernel that clusters of kWalkClusterMin get (with `walk_bytes_per_pack`
 // of dynamic shared memory per pack a thread holds), std::false_type else.
+// Rows of one block of 16-byte packs get `staged_bytes_per_pack` more per
+// pack a thread holds.
 template <typename T, int kMaxPacks, bool kWalks = false, typename KernelFor, typename Args, typename Fallback>
 cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
                                std::initializer_list<const void*> buffers, cudaStream_t stream,
                                KernelFor&& kernel_for, const Args& args, Fallback&& fallback,
-                               size_t walk_bytes_per_pack = 0) {
+                               size_t walk_bytes_per_pack = 0, size_t staged_bytes_per_pack = 0) {
   auto one_row_kernel = [&](auto packs, auto vec) {
     if constexpr (kWalks) return kernel_for(packs, vec, std::false_type{});
     else return kernel_for(packs, vec);
@@ -313,8 +315,11 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
       n, buffers,
       [&](auto packs, auto vec, int threads) {
         const auto kernel = one_row_kernel(packs, vec);
-        if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
-        std::apply([&](auto... a) { kernel<<<blocks, threads, shared_bytes, stream>>>(a...); }, args);
+        constexpr bool kWholePacks = decltype(vec)::value == Vec16<T>::kSize;
+        const size_t shared =
+            shared_bytes + (kWholePacks ? staged_bytes_per_pack * threads * decltype(packs)::value : 0);
+        if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
+        std::apply([&](auto... a) { kernel<<<blocks, threads, shared, stream>>>(a...); }, args);
         return cudaGetLastError();
       },
       in_clusters);
