@@ -227,21 +227,17 @@ __device__ __forceinline__ void load_valid_packs(const RowThreads<kWarpRows>& th
 // Loops go over groups of kVec elements: 16-byte packs when every row of
 // every buffer is 16-byte aligned and n a multiple of the pack, else 1.
 
+// 16 bytes from global to shared memory without a register on the way: past
+// L1 (.cg), or through it (kThroughL1, .ca) for data every block reads
+// (parameters), which past L1 would send all of them to the same few L2 lines.
+template <bool kThroughL1 = false>
 __device__ __forceinline__ void copy16_async(void* shared, const void* global) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-#else
-  *static_cast<uint4*>(shared) = *static_cast<const uint4*>(global);
-#endif
-}
-
-// copy16_async through L1: for data every block reads (parameters), which
-// past L1 would send all of them to the same few L2 lines.
-__device__ __forceinline__ void copy16_async_cached(void* shared, const void* global) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+  if constexpr (kThroughL1)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
 #else
   *static_cast<uint4*>(shared) = *static_cast<const uint4*>(global);
 #endif
