@@ -179,7 +179,7 @@ class Meter:
     def call_us(self, fns: dict, reps=24, warmup=1):
         """Median per-call µs of each function, taken in turns whose orders
         (balanced_orders) give every implementation each place in a turn and
-        each predecessor alike, as the host's slow drift."""
+        each predecessor alike, and so the host's slow drift too."""
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
@@ -188,7 +188,8 @@ class Meter:
         times = {name: [] for name in names}
         for rep in range(reps):
             for index in orders[rep % len(orders)]:
-                name, fn = names[index], fns[names[index]]
+                name = names[index]
+                fn = fns[name]
                 self.evict_l2()
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 torch.cuda.synchronize()

@@ -153,6 +153,11 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
   }
 }
 
+// Whether rms_norm-like (uncentred) forwards of T stage their weight in the
+// one-row block kernel (see the kernel; the launcher gives the room).
+template <typename T, typename Math>
+constexpr bool kStagesWeight = !Math::kCentered && sizeof(T) == 2;
+
 // A walking kernel's shared slot of one weight pack of kVec elements.
 template <typename T, int kVec, typename Math>
 using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, VecN<T, kVec>>;
@@ -235,8 +240,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   // blocks, not clusters): read after the reduction, they no longer wait on
   // L2 there (H100, bf16 (8192, 1600) 18.3 -> 17.7 µs). layer_norm's weight
   // and bias staged so ran 10% slower.
-  constexpr bool kStagedWeight =
-      !kWarpRows && !kWalk && !kCentered && sizeof(T) == 2 && sizeof(Pack) == 16;
+  constexpr bool kStagedWeight = kStagesWeight<T, Math> && !kWarpRows && !kWalk && sizeof(Pack) == 16;
   Pack* staged_weight = nullptr;
   if constexpr (kStagedWeight) {
     if (a.weight && dynamic_shared_bytes() >= kPacks * blockDim.x * sizeof(Pack)) {

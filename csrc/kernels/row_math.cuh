@@ -93,11 +93,12 @@ __device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForE
 // were not: they keep the subtraction). Exact for rms_norm's mean of 0.
 template <typename T, typename A>
 struct RowNormalizer {
-  A mean, rstd, shifted;
-  __device__ RowNormalizer(A mean, A rstd) : mean(mean), rstd(rstd), shifted(-mean * rstd) {}
+  static constexpr bool kFused = sizeof(T) == 2;
+  A rstd, offset;  // offset: -mean * rstd where kFused, else the mean
+  __device__ RowNormalizer(A mean, A rstd) : rstd(rstd), offset(kFused ? -mean * rstd : mean) {}
   __device__ A operator()(A v) const {
-    if constexpr (sizeof(T) == 2) return fma(v, rstd, shifted);
-    else return (v - mean) * rstd;
+    if constexpr (kFused) return fma(v, rstd, offset);
+    else return (v - offset) * rstd;
   }
 };
 

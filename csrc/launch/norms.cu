@@ -121,8 +121,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // Walking clusters hold each thread's weight and bias packs in shared memory.
     const size_t weight_bytes = a.weight ? sizeof(WalkWeight<T, Vec16<T>::kSize, Math>) : 0;
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
-    // rms_norm's two-byte one-block rows stage their weight (norm_kernels.cuh).
-    const size_t staged_bytes = !Math::kCentered && sizeof(T) == 2 && a.weight ? sizeof(Vec16<T>) : 0;
+    // One-block rows that stage their weight (norm_kernels.cuh) get its packs' room.
+    const size_t staged_bytes = kStagesWeight<T, Math> && a.weight ? sizeof(Vec16<T>) : 0;
     return launch_block_lanes<T, 8, /*kWalks=*/true>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
         [](auto packs, auto vec, auto walk) {
