@@ -198,10 +198,18 @@ constexpr int forward_min_blocks() {
   if (kWalk) return 2;
   return sizeof(T) == 4 && kPacks == 4 ? 3 : 0;
 }
-template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false>
+
+// kPreload (block rows that do not walk): the output pass loads every
+// parameter pack before its first store. Loaded pack by pack, each load waits
+// behind the store before it (the compiler cannot know that y is not the
+// weight): four L1 or L2 round trips in a row at four packs. It costs
+// layer_norm 11 registers (two-byte, four packs: 70), so the launcher takes it
+// only where the blocks an SM stay.
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false, bool kPreload = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
+  static_assert(!kPreload || (!kWarpRows && !kWalk), "block rows that do not walk preload their parameters");
   constexpr bool kCentered = Math::kCentered;
   constexpr bool kLateParams = !kWarpRows;
   using A = opmath_t<T>;
@@ -299,6 +307,16 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
     const RowNormalizer<T, A> normalize(mean, rstd);
     if (staged_weight) wait_async_copies();
+    const auto load_params = [&](int p) {
+      if (staged_weight) scales[p] = staged_weight[threads.local(p)];
+      else if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+      if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+    };
+    if constexpr (kPreload) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (threads.group(p) < groups) load_params(p);
+    }
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
@@ -309,10 +327,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         // 64). The one-row kernels do not loop, and run 1-3% slower so.
         walk_weight = a.weight ? weight_slots[threads.local(p)] : WeightSlot{};
         shifts[p] = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
-      } else if constexpr (kLateParams) {
-        if (staged_weight) scales[p] = staged_weight[threads.local(p)];
-        else if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
-        if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+      } else if constexpr (kLateParams && !kPreload) {
+        load_params(p);
       }
       Pack result;
 #pragma unroll
