@@ -135,12 +135,17 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           // layer_norm (8192, 1600) 20.2 -> 19.7 µs, (8192, 4096) 44.9 ->
           // 43.8, rms_norm (4096, 32768) 186.5 -> 181.0 (NOTES.md).
           // layer_norm's element-wise rows past 1024 take 512 threads.
-          if constexpr (sizeof(T) == 2 && kPacks <= 4 && !kWalk && (!Math::kCentered || kVec > 1)) {
-            const int threads = block_lane_threads(n / kVec);
-            if (!Math::kCentered || (threads != 0 && threads <= 128))
-              return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>;
+          constexpr bool kMayPreload = sizeof(T) == 2 && kPacks <= 4 && !kWalk;
+          if constexpr (kMayPreload && !Math::kCentered) {
+            return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>;
+          } else {
+            if constexpr (kMayPreload && kVec > 1) {
+              const int threads = block_lane_threads(n / kVec);
+              if (threads != 0 && threads <= 128)
+                return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>;
+            }
+            return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, kWalk>;
           }
-          return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, kWalk>;
         },
         std::make_tuple(a), block_rows, (weight_bytes + bias_bytes) * kRowThreadsMax, staged_bytes);
   }
