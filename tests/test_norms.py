@@ -392,6 +392,32 @@ def test_wide_rms_rows(dtype, n, affine):
         error_vs_reference(ours, theirs, reference)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [40000, 262144])
+@pytest.mark.parametrize("with_weight, with_bias", [(False, False), (True, False), (False, True), (True, True)])
+def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_bias):
+    # Float rows across a cluster on Hopper (40000: 8 blocks at four packs a
+    # thread; 262144: 16 at eight, backward too), forward and backward with
+    # each combination of weight and bias.
+    x = (torch.randn(4, n, device=device) * 3 + 1).requires_grad_()
+    w = torch.randn(n, device=device).requires_grad_() if with_weight else None
+    b = torch.randn(n, device=device).requires_grad_() if with_bias else None
+    g = torch.randn(4, n, device=device)
+    leaves = [t for t in (x, w, b) if t is not None]
+
+    def grads(norm, *inputs):
+        it = iter(inputs)
+        args = [next(it), next(it) if with_weight else None, next(it) if with_bias else None]
+        out = norm(*args)
+        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
+
+    as_double = [t.detach().double().requires_grad_() for t in leaves]
+    for ours, theirs, reference in zip(grads(lambda t, v, c: fr.layer_norm(t, n, v, c), *leaves),
+                                       grads(lambda t, v, c: F.layer_norm(t, [n], v, c), *leaves),
+                                       grads(lambda t, v, c: F.layer_norm(t, [n], v, c), *as_double)):
+        error_vs_reference(ours, theirs, reference)
+
+
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", ["layer", "rms"])
