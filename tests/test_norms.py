@@ -399,23 +399,16 @@ def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_
     # Float rows across a cluster on Hopper (40000: 8 blocks at four packs a
     # thread; 262144: 16 at eight, backward too), forward and backward with
     # each combination of weight and bias.
-    x = (torch.randn(4, n, device=device) * 3 + 1).requires_grad_()
-    w = torch.randn(n, device=device).requires_grad_() if with_weight else None
-    b = torch.randn(n, device=device).requires_grad_() if with_bias else None
+    x = torch.randn(4, n, device=device) * 3 + 1
+    w = torch.randn(n, device=device) if with_weight else None
+    b = torch.randn(n, device=device) if with_bias else None
     g = torch.randn(4, n, device=device)
-    leaves = [t for t in (x, w, b) if t is not None]
-
-    def grads(norm, *inputs):
-        it = iter(inputs)
-        args = [next(it), next(it) if with_weight else None, next(it) if with_bias else None]
-        out = norm(*args)
-        return (out,) + torch.autograd.grad(out, inputs, g.to(out.dtype))
-
-    as_double = [t.detach().double().requires_grad_() for t in leaves]
-    for ours, theirs, reference in zip(grads(lambda t, v, c: fr.layer_norm(t, n, v, c), *leaves),
-                                       grads(lambda t, v, c: F.layer_norm(t, [n], v, c), *leaves),
-                                       grads(lambda t, v, c: F.layer_norm(t, [n], v, c), *as_double)):
-        error_vs_reference(ours, theirs, reference)
+    ours = grads_of(lambda t, v, c: fr.layer_norm(t, n, v, c), leaves(x, w, b), (g,))
+    theirs = grads_of(lambda t, v, c: F.layer_norm(t, [n], v, c), leaves(x, w, b), (g,))
+    as_double = [t.double() if t is not None else None for t in (x, w, b)]
+    reference = grads_of(lambda t, v, c: F.layer_norm(t, [n], v, c), leaves(*as_double), (g.double(),))
+    for mine, torch_own, exact in zip(ours[0] + ours[1], theirs[0] + theirs[1], reference[0] + reference[1]):
+        error_vs_reference(mine, torch_own, exact)
 
 
 @requires_cuda
