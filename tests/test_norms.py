@@ -516,6 +516,34 @@ def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dty
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
+@pytest.mark.parametrize("params", ["none", "weight", "bias", "both"])
+def test_backward_of_float_rows_in_eight_pack_clusters(kind, params):
+    # Float rows of 262144 take clusters of 16 blocks at eight packs a
+    # thread (Hopper); with a weight or bias each cluster walks a chunk of
+    # rows (37: more than a wave of clusters, not a multiple of it), summing
+    # the parameter gradients on the way. Every gradient, h's included,
+    # against torch and a float64 reference.
+    if kind.endswith("rms") and params in ("bias", "both"):
+        pytest.skip("rms_norm has no bias")
+    rows, n = 37, 262144
+    x = torch.randn(rows, n, device="cuda") * 3 + 1
+    r = torch.randn(rows, n, device="cuda") if kind.startswith("add") else None
+    w = torch.randn(n, device="cuda") if params in ("weight", "both") else None
+    b = torch.randn(n, device="cuda") if params in ("bias", "both") else None
+    g = (torch.randn(rows, n, device="cuda"), torch.randn(rows, n, device="cuda"))
+
+    def run(norm, *tensors):
+        return grads_of(lambda t, u, v, c: norm(kind, t, u, n, v, c), leaves(*tensors), g)
+
+    as_double = [t.double() if t is not None else None for t in (x, r, w, b)]
+    ours, theirs, reference = run(our_norm, x, r, w, b), run(torch_norm, x, r, w, b), run(torch_norm, *as_double)
+    for mine, torch_own, exact in zip(ours[0] + ours[1], theirs[0] + theirs[1], reference[0] + reference[1]):
+        error_vs_reference(mine, torch_own, exact)
+
+
+@requires_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_more_wide_rows_than_resident_clusters(dtype):
     # Wide rows run in clusters of blocks (Hopper): 600 rows of 65536 are

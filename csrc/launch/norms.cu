@@ -37,11 +37,21 @@ struct ParamGradPlan {
   size_t partial_bytes;    // each of the two partial buffers
   bool prefetch = false;   // block rows: shared_bytes include the next row's stage
   int cluster = 0;         // rows past one block: blocks per cluster (chunks: at most one per SM share)
+  int packs = 0;           // rows past one block: packs a thread holds
 };
 
+// Packs a thread of the backward's clusters may hold: float rows past 16
+// blocks of 4 packs (131072 floats) take 8, spilling 132-136 bytes: still
+// 10-12% faster than the block kernel, which reads the row twice (H100,
+// (512, 262144): 1381 -> 1241 µs), and with the parameter gradients summed
+// on the way 27% faster again (1234 -> 902 µs; a separate pass read x and dy
+// again). Two-byte rows of 4 packs are at 128 registers.
+template <typename T>
+constexpr int kBackwardMaxPacks = sizeof(T) == 4 ? 8 : 4;
+
 // `acc`: bytes per accumulator; `vec`: the elements per pack the dx kernel will load (1 where the buffers
-// are not 16-byte packable).
-ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int sm_count) {
+// are not 16-byte packable); `max_packs`: the most packs a thread of its clusters holds.
+ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int max_packs, int sm_count) {
   auto partial_bytes = [&](int64_t chunks) { return (chunks * n * acc + 255) / 256 * 256; };
   DeviceLimits limits;
   const bool known = device_limits(limits) == cudaSuccess;
@@ -73,21 +83,21 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
                             blocks_per_sm * (staged + kStaticSharedBytes + 1024) <= size_t(per_sm);
       return {true, chunks, rows_per_chunk, prefetch ? staged : shared, partial_bytes(chunks), prefetch};
     }
-    // Rows past one block: a cluster of blocks of 4 packs a thread (as
-    // with_cluster_lanes<T, 4> picks it) per chunk, one cluster per
-    // cluster-sized share of the SMs, each block's sums and stage covering
-    // its share of the row.
-    const int64_t block_packs = int64_t(kRowThreadsMax) * 4;
-    const int cluster = smallest_cluster(n / vec, 4);
+    // Rows past one block: a cluster of blocks (as with_cluster_lanes
+    // picks it) per chunk, one cluster per cluster-sized share of the SMs,
+    // each block's sums and stage covering its share of the row (8 packs a
+    // thread: 128 KiB of sums, no room for the stage).
+    const ClusterLanes lanes = cluster_lanes(n / vec, max_packs);
+    const int64_t block_packs = int64_t(kRowThreadsMax) * lanes.packs;
     const size_t share_shared = 2 * block_packs * vec * acc;
     const size_t share_staged = share_shared + 2 * block_packs * 16;
-    if (known && vec > 1 && block_lane_threads(n / vec) == 0 && cluster != 0 && cluster_launch_supported() &&
+    if (known && vec > 1 && block_lane_threads(n / vec) == 0 && lanes.cluster != 0 && cluster_launch_supported() &&
         share_shared + kStaticSharedBytes <= size_t(per_block)) {
-      const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, std::max(1, sm_count / cluster)));
+      const int64_t rows_per_chunk = ceil_div(rows, std::min<int64_t>(rows, std::max(1, sm_count / lanes.cluster)));
       const int64_t chunks = ceil_div(rows, rows_per_chunk);
       const bool prefetch = rows_per_chunk > 1 && share_staged + kStaticSharedBytes <= size_t(per_block);
       const size_t shared_bytes = prefetch ? share_staged : share_shared;
-      return {true, chunks, rows_per_chunk, shared_bytes, partial_bytes(chunks), prefetch, cluster};
+      return {true, chunks, rows_per_chunk, shared_bytes, partial_bytes(chunks), prefetch, lanes.cluster, lanes.packs};
     }
   }
   const int64_t tiles = ceil_div(n, kGradTile);
@@ -175,14 +185,20 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   const int64_t rows = a.rows, n = a.n;
   const std::initializer_list<const void*> buffers = {a.x, a.dy, a.dx, a.weight, a.grad_residual};
   const int vec = packable<T>(n, buffers) ? Vec16<T>::kSize : 1;
-  ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, sm_count);
+  ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, kBackwardMaxPacks<T>, sm_count);
   const bool params = dweight.data != nullptr;
   if (params && plan.fused && plan.cluster) {
     // As many chunks as clusters fit at once (fewer than one per SM share
     // where a GPC's SMs do not divide by the cluster): a second wave of a
     // few would double the time.
-    const int resident = resident_clusters(norm_backward_lanes_kernel<T, 4, Vec16<T>::kSize, false, Math>,
-                                           plan.cluster, kRowThreadsMax, plan.shared_bytes);
+    auto resident_of = [&](auto packs) {
+      return resident_clusters(norm_backward_lanes_kernel<T, decltype(packs)::value, Vec16<T>::kSize, false, Math>,
+                               plan.cluster, kRowThreadsMax, plan.shared_bytes);
+    };
+    int resident = 0;
+    if (plan.packs == 4) resident = resident_of(std::integral_constant<int, 4>{});
+    if constexpr (kBackwardMaxPacks<T> >= 8)
+      if (plan.packs == 8) resident = resident_of(std::integral_constant<int, 8>{});
     if (resident > 0 && resident < plan.chunks) {
       plan.rows_per_chunk = ceil_div(rows, int64_t(resident));
       plan.chunks = ceil_div(rows, plan.rows_per_chunk);
@@ -212,12 +228,9 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
                     fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
   } else {
-    // Rows past one block run in clusters at 4 packs a thread (x, dy and
-    // the weight at 8 spill): a cluster per row, or per chunk of rows when
-    // fused. Float rows past 16 blocks of 4 packs (131072 floats) take 8,
-    // spilling 132-136 bytes: still 10-12% faster than the block kernel,
-    // which reads the row twice (H100, (512, 262144): 1381 -> 1241 µs).
-    err = launch_block_lanes<T, sizeof(T) == 4 ? 8 : 4>(
+    // Rows past one block run in clusters: a cluster per row, or per
+    // chunk of rows when fused.
+    err = launch_block_lanes<T, kBackwardMaxPacks<T>>(
         fused ? plan.chunks : rows, shared, n, buffers, stream,
         [](auto packs, auto vec) {
           return norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>;
@@ -290,7 +303,8 @@ size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count) {
   dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     for (const int vec : {1, Vec16<T>::kSize}) {
-      const auto plan = param_grad_plan(shape.rows, shape.n, sizeof(opmath_t<T>), vec, sm_count);
+      const auto plan =
+          param_grad_plan(shape.rows, shape.n, sizeof(opmath_t<T>), vec, kBackwardMaxPacks<T>, sm_count);
       bytes = std::max(bytes, 2 * plan.partial_bytes);
     }
     return cudaSuccess;

@@ -182,17 +182,29 @@ inline int smallest_cluster(int64_t groups, int packs) {
 // Rows beyond one block's registers, where thread-block clusters exist: a
 // cluster of 2 to 16 blocks of kRowThreadsMax threads per row, in the
 // smallest cluster that holds the row at 4 packs a thread (two blocks fit an
-// SM), else 16 blocks of 8 packs (16 spill) where kMaxPacks allows.
-// RowThreads combines the blocks' sums in distributed shared memory. Calls
-// f(kPacks, kVec, cluster blocks) or returns fallback().
+// SM), else 16 blocks of 8 packs (16 spill) where max_packs allows; {0, 0}
+// where neither holds it.
+struct ClusterLanes {
+  int packs, cluster;
+};
+inline ClusterLanes cluster_lanes(int64_t groups, int max_packs) {
+  if (const int cluster = smallest_cluster(groups, 4)) return {4, cluster};
+  if (max_packs >= 8 && smallest_cluster(groups, 8) == 16) return {8, 16};
+  return {0, 0};
+}
+
+// Runs rows in clusters as cluster_lanes() picks them. RowThreads combines
+// the blocks' sums in distributed shared memory. Calls f(kPacks, kVec,
+// cluster blocks) or returns fallback().
 template <typename T, int kMaxPacks, typename F, typename Fallback>
 cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
   constexpr int kVec = Vec16<T>::kSize;
   if (!packable<T>(n, buffers) || !cluster_launch_supported()) return fallback();
   constexpr auto vec = std::integral_constant<int, kVec>{};
-  if (const int cluster = smallest_cluster(n / kVec, 4)) return f(std::integral_constant<int, 4>{}, vec, cluster);
+  const ClusterLanes lanes = cluster_lanes(n / kVec, kMaxPacks);
+  if (lanes.packs == 4) return f(std::integral_constant<int, 4>{}, vec, lanes.cluster);
   if constexpr (kMaxPacks >= 8)
-    if (smallest_cluster(n / kVec, 8) == 16) return f(std::integral_constant<int, 8>{}, vec, 16);
+    if (lanes.packs == 8) return f(std::integral_constant<int, 8>{}, vec, lanes.cluster);
   return fallback();
 }
 
