@@ -235,6 +235,30 @@ def test_cross_entropy_edges(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_ignored_rows_with_non_finite_logits(device, reduction, inplace):
+    # An ignored row's gradient is 0 times its softmax, as torch's: NaN in
+    # rows holding NaN or +inf or only -inf, 0 elsewhere, whether the
+    # gradient comes from the forward (mean, sum) or a separate backward.
+    logits = torch.randn(5, 40, device=device)
+    logits[1, 7] = float("nan")
+    logits[2, 3] = float("inf")
+    logits[3] = float("-inf")
+    logits[4, 20:] = float("-inf")
+    target = torch.tensor([2, -100, -100, -100, -100], device=device)
+    x, leaf = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    loss = fr.cross_entropy(x * 1, target, reduction=reduction, inplace_backward=inplace)
+    expected = F.cross_entropy(leaf, target, reduction=reduction)
+    torch.testing.assert_close(loss, expected, equal_nan=True)
+    g = torch.rand_like(expected) + 0.5
+    loss.backward(g)
+    expected.backward(g)
+    assert torch.equal(x.grad.isnan(), leaf.grad.isnan())
+    torch.testing.assert_close(x.grad, leaf.grad, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_cross_entropy_gradient_in_forward_edges(device, reduction):
     # The loss that the forward with the gradient reduces in its own launch

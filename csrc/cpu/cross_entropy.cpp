@@ -175,9 +175,12 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
       lses[r] = row_lse(top, log_sum);
       const int64_t t = targets[r];
       A* out = out_buffer.data();
-      if (t == args.ignore_index) {  // 0 whatever the scale (inf for a mean over no kept rows)
+      if (t == args.ignore_index) {
+        // 0 times the row's softmax, whatever the scale (inf for a mean over
+        // no kept rows): NaN where the softmax is (rows holding NaN or +inf),
+        // as torch's gradient and the separate backward's.
         losses[r] = 0;
-        std::fill(out, out + classes, A(0));
+        write_gradient_row(row, classes, A(0), gradient_shift(lses[r]), A(0), out);
       } else {
         check_class(t, classes, args.op);
         losses[r] = row_loss_of(row, classes, t, top, log_sum, smoothing);
