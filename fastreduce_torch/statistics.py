@@ -4,6 +4,7 @@ C++ kernels, csrc/torch/autograd_statistics.cpp and autocast.cpp)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -145,9 +146,17 @@ def _logsumexp_fake(self, dim, keepdim=False):
 @torch.library.register_fake("fastreduce::norm")
 def _norm_fake(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     _check_dtype("norm", self.dtype, "self")
-    reference = torch.linalg.vector_norm(self, ord, _torch_dims(dim), keepdim, dtype=dtype)  # dtype rules, checks
-    # The shape from the dims: torch 2.11's meta keeps a reduced dim of size 1.
+    # torch's dtype rules and argument checks, on a stand-in with no empty
+    # dimension: torch 2.11's meta refuses inf and negative orders of any
+    # empty input, where the operator (as torch's eager) refuses only an
+    # empty reduction.
+    stand_in = self.new_empty([1] * self.dim())
+    reference = torch.linalg.vector_norm(stand_in, ord, _torch_dims(dim), keepdim, dtype=dtype)
     reduced = set(range(self.dim())) if not dim else {d % max(self.dim(), 1) for d in dim}
+    if (ord < 0 or math.isinf(ord)) and math.prod(self.shape[d] for d in reduced if d < self.dim()) == 0:
+        raise RuntimeError(f"norm: cannot compute the {float(ord)} norm on an empty tensor because the operation "
+                           "does not have an identity")
+    # The shape from the dims: torch 2.11's meta keeps a reduced dim of size 1.
     shape = [1 if d in reduced else s for d, s in enumerate(self.shape)] if keepdim else \
         [s for d, s in enumerate(self.shape) if d not in reduced]
     return self.new_empty(shape, dtype=reference.dtype)

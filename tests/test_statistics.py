@@ -194,6 +194,25 @@ def test_norm_dtype_overflow_and_errors(device):
         fr.norm(torch.ones(3, dtype=torch.int64, device=device))
 
 
+
+@pytest.mark.parametrize("ord", [math.inf, -math.inf, -1.0])
+def test_norm_fake_of_empty_inputs(ord):
+    # inf and negative orders of an empty input: over a non-empty dim the
+    # operator returns an empty result, over an empty one it raises; its fake
+    # kernel (torch.compile) must do the same (torch 2.11's meta raises in both).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.empty(64, 2, 0)
+    real = torch.ops.fastreduce.norm(x, ord, [-3], True)
+    assert real.shape == torch.linalg.vector_norm(x, ord, -3, True).shape
+    with FakeTensorMode() as mode:
+        fake = torch.ops.fastreduce.norm(mode.from_tensor(x), ord, [-3], True)
+    assert (fake.shape, fake.dtype) == (real.shape, real.dtype)
+    with pytest.raises(RuntimeError, match="identity"):
+        torch.ops.fastreduce.norm(x, ord, [-1])
+    with FakeTensorMode() as mode, pytest.raises(RuntimeError, match="identity"):
+        torch.ops.fastreduce.norm(mode.from_tensor(x), ord, [-1])
+
 # ---- argmax, argmin, aminmax
 
 
