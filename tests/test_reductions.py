@@ -317,6 +317,25 @@ def test_prod_gradient_with_zeros(device):
     torch.testing.assert_close(x.grad, y.grad)
 
 
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("zeros", [0, 1, 2])
+@pytest.mark.parametrize("dim", [None, 0])
+@pytest.mark.parametrize("incoming", [1.5, float("inf"), float("nan")])
+def test_prod_gradient_with_zeros_and_non_finite_incoming(device, zeros, dim, incoming):
+    # NaN where torch's are: the product of all elements gives 0 wherever two
+    # or more are zero, whatever the incoming gradient; over a dim, or with
+    # fewer zeros, it multiplies (inf times 0 is NaN).
+    x = torch.tensor([2.0, 3.0, -1.0, 4.0, 0.5], device=device)
+    x[:zeros] = 0
+    incoming_grad = torch.tensor(incoming, device=device)
+    dims = None if dim is None else [dim]
+    ours = torch.ops.fastreduce.prod_backward(incoming_grad, x, torch.ops.fastreduce.prod(x, dims), dims, False)
+    leaf = x.clone().requires_grad_()
+    theirs = torch.prod(leaf) if dim is None else torch.prod(leaf, dim)
+    (expected,) = torch.autograd.grad(theirs, leaf, incoming_grad)
+    torch.testing.assert_close(ours, expected, equal_nan=True)
+
 # ---- CUDA-only properties
 
 

@@ -241,7 +241,12 @@ at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self
                        x.scalar_type()));
   const at::Tensor others = at::where(zeros == 0, nonzero_product / x,
                                       at::where(zero.logical_and(zeros == 1), nonzero_product, 0));
-  return (broadcast(grad) * others).to(self.scalar_type());
+  const at::Tensor gradient = broadcast(grad) * others;
+  // torch's product of all elements gives 0 where two or more are zero,
+  // whatever the incoming gradient (inf and NaN too); its product over a dim
+  // multiplies, as above.
+  if (!dim.has_value()) return at::where(zeros > 1, 0, gradient).to(self.scalar_type());
+  return gradient.to(self.scalar_type());
 }
 
 at::Tensor backend::amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
