@@ -177,8 +177,8 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
       A* out = out_buffer.data();
       if (t == args.ignore_index) {
         // 0 times the row's softmax, whatever the scale (inf for a mean over
-        // no kept rows): NaN where the softmax is (rows holding NaN or +inf),
-        // as torch's gradient and the separate backward's.
+        // no kept rows): NaN where the softmax is (rows holding NaN or +inf,
+        // or only -inf), as torch's gradient and the separate backward's.
         losses[r] = 0;
         write_gradient_row(row, classes, A(0), gradient_shift(lses[r]), A(0), out);
       } else {
