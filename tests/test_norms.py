@@ -403,12 +403,8 @@ def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_
     w = torch.randn(n, device=device) if with_weight else None
     b = torch.randn(n, device=device) if with_bias else None
     g = torch.randn(4, n, device=device)
-    ours = grads_of(lambda t, v, c: fr.layer_norm(t, n, v, c), leaves(x, w, b), (g,))
-    theirs = grads_of(lambda t, v, c: F.layer_norm(t, [n], v, c), leaves(x, w, b), (g,))
-    as_double = [t.double() if t is not None else None for t in (x, w, b)]
-    reference = grads_of(lambda t, v, c: F.layer_norm(t, [n], v, c), leaves(*as_double), (g.double(),))
-    for mine, torch_own, exact in zip(ours[0] + ours[1], theirs[0] + theirs[1], reference[0] + reference[1]):
-        error_vs_reference(mine, torch_own, exact)
+    outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c), lambda t, v, c: F.layer_norm(t, [n], v, c),
+                            (x, w, b), (g,))
 
 
 @requires_cuda
@@ -532,14 +528,8 @@ def test_backward_of_float_rows_in_eight_pack_clusters(kind, params):
     w = torch.randn(n, device="cuda") if params in ("weight", "both") else None
     b = torch.randn(n, device="cuda") if params in ("bias", "both") else None
     g = (torch.randn(rows, n, device="cuda"), torch.randn(rows, n, device="cuda"))
-
-    def run(norm, *tensors):
-        return grads_of(lambda t, u, v, c: norm(kind, t, u, n, v, c), leaves(*tensors), g)
-
-    as_double = [t.double() if t is not None else None for t in (x, r, w, b)]
-    ours, theirs, reference = run(our_norm, x, r, w, b), run(torch_norm, x, r, w, b), run(torch_norm, *as_double)
-    for mine, torch_own, exact in zip(ours[0] + ours[1], theirs[0] + theirs[1], reference[0] + reference[1]):
-        error_vs_reference(mine, torch_own, exact)
+    outputs_and_grads_match(lambda t, u, v, c: our_norm(kind, t, u, n, v, c),
+                            lambda t, u, v, c: torch_norm(kind, t, u, n, v, c), (x, r, w, b), g)
 
 
 @requires_cuda
@@ -586,6 +576,15 @@ def grads_of(fn, inputs, grad_outputs):
 
 def leaves(*tensors):
     return [t.detach().clone().requires_grad_(True) if t is not None else None for t in tensors]
+
+
+def outputs_and_grads_match(ours, theirs, inputs, grad_outputs):
+    """ours(*inputs)'s outputs and gradients (None inputs left out) against theirs and theirs in float64."""
+    mine, torch_own = grads_of(ours, leaves(*inputs), grad_outputs), grads_of(theirs, leaves(*inputs), grad_outputs)
+    as_double = [t.double() if t is not None else None for t in inputs]
+    exact = grads_of(theirs, leaves(*as_double), [g.double() for g in grad_outputs])
+    for a, b, c in zip(mine[0] + mine[1], torch_own[0] + torch_own[1], exact[0] + exact[1]):
+        error_vs_reference(a, b, c)
 
 
 # ---- rms_norm

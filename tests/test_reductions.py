@@ -317,7 +317,6 @@ def test_prod_gradient_with_zeros(device):
     torch.testing.assert_close(x.grad, y.grad)
 
 
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("zeros", [0, 1, 2])
 @pytest.mark.parametrize("dim", [None, 0])
@@ -335,6 +334,7 @@ def test_prod_gradient_with_zeros_and_non_finite_incoming(device, zeros, dim, in
     theirs = torch.prod(leaf) if dim is None else torch.prod(leaf, dim)
     (expected,) = torch.autograd.grad(theirs, leaf, incoming_grad)
     torch.testing.assert_close(ours, expected, equal_nan=True)
+
 
 # ---- CUDA-only properties
 

@@ -194,7 +194,6 @@ def test_norm_dtype_overflow_and_errors(device):
         fr.norm(torch.ones(3, dtype=torch.int64, device=device))
 
 
-
 @pytest.mark.parametrize("ord", [math.inf, -math.inf, -1.0])
 def test_norm_fake_of_empty_inputs(ord):
     # inf and negative orders of an empty input: over a non-empty dim the
@@ -212,6 +211,7 @@ def test_norm_fake_of_empty_inputs(ord):
         torch.ops.fastreduce.norm(x, ord, [-1])
     with FakeTensorMode() as mode, pytest.raises(RuntimeError, match="identity"):
         torch.ops.fastreduce.norm(mode.from_tensor(x), ord, [-1])
+
 
 # ---- argmax, argmin, aminmax
 
