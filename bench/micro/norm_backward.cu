@@ -31,9 +31,9 @@ void run(Timer& timer, int64_t rows, int64_t n, DType dtype, const char* dtype_n
   }
   CHECK(cudaMalloc(&dweight, n * sizeof(T)));
   CHECK(cudaMalloc(&dbias, n * sizeof(T)));
-  CHECK(cudaMalloc(&workspace, norm_backward_workspace_bytes(shape, sm_count)));
   const NormBackwardBuffers<> io{f.y, f.x, grad_residual, Math::kCentered ? f.mean : nullptr, f.rstd, f.weight, dx};
   const NormParamGrads grads{dweight, Math::kCentered ? dbias : nullptr, true, true};
+  CHECK(cudaMalloc(&workspace, norm_backward_workspace_bytes(shape, grads, sm_count)));
   // Bytes moved: dy and x (and the residual gradient) read, dx written.
   const int64_t half = add ? 2 * buffers.bytes() : 3 * buffers.bytes() / 2;
   T* copy_in;

@@ -298,14 +298,17 @@ cudaError_t normalize_rows(const NormShape& shape, const NormApplyBuffers<>& io,
 }
 
 // Enough for either plan: whether the rows are packable is known at launch.
-size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count) {
+// One partial buffer for each parameter gradient asked for.
+size_t norm_backward_workspace_bytes(const NormShape& shape, const NormParamGrads& grads, int sm_count) {
+  if (!grads.dweight) return 0;
+  const size_t buffers = grads.dbias ? 2 : 1;
   size_t bytes = 0;
   dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     for (const int vec : {1, Vec16<T>::kSize}) {
       const auto plan =
           param_grad_plan(shape.rows, shape.n, sizeof(opmath_t<T>), vec, kBackwardMaxPacks<T>, sm_count);
-      bytes = std::max(bytes, 2 * plan.partial_bytes);
+      bytes = std::max(bytes, buffers * plan.partial_bytes);
     }
     return cudaSuccess;
   });

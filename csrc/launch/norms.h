@@ -19,7 +19,7 @@ cudaError_t norm_forward(const NormShape& shape, const NormForwardBuffers<>& io,
 // The apply half of a norm from given row statistics (mean null: rms_norm).
 cudaError_t normalize_rows(const NormShape& shape, const NormApplyBuffers<>& io, int sm_count, cudaStream_t stream);
 
-size_t norm_backward_workspace_bytes(const NormShape& shape, int sm_count);
+size_t norm_backward_workspace_bytes(const NormShape& shape, const NormParamGrads& grads, int sm_count);
 cudaError_t norm_backward(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads,
                           void* workspace, int sm_count, cudaStream_t stream);
 

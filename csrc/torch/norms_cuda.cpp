@@ -12,7 +12,7 @@ void norm_forward_cuda(const NormShape& shape, const NormForwardBuffers<>& io, d
 }
 
 void norm_backward_cuda(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads) {
-  const size_t bytes = grads.dweight ? norm_backward_workspace_bytes(shape, sm_count()) : 0;
+  const size_t bytes = norm_backward_workspace_bytes(shape, grads, sm_count());
   at::Tensor scratch = workspace(bytes);
   check_cuda(norm_backward(shape, io, grads, bytes ? scratch.data_ptr() : nullptr, sm_count(), current_stream()),
              shape.op);
