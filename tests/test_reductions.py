@@ -336,6 +336,24 @@ def test_prod_gradient_with_zeros_and_non_finite_incoming(device, zeros, dim, in
     torch.testing.assert_close(ours, expected, equal_nan=True)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("inf_first", [False, True])
+def test_prod_gradient_follows_the_given_result(device, inf_first):
+    # Small factors underflow to 0 before or after meeting the -inf, so the
+    # product is -inf or NaN by the order of the multiplications. Without
+    # zeros the gradient is result / x, as torch's: torch's result in,
+    # torch's gradient out, whatever product our own order would give.
+    small = [1e-3] * 8
+    values = [float("-inf")] + small if inf_first else small + [float("-inf")]
+    x = torch.tensor(values, dtype=torch.float16, device=device)
+    leaf = x.clone().requires_grad_()
+    result = torch.prod(leaf)
+    incoming_grad = torch.tensor(1.5, dtype=x.dtype, device=device)
+    (expected,) = torch.autograd.grad(result, leaf, incoming_grad)
+    ours = torch.ops.fastreduce.prod_backward(incoming_grad, x, result.detach(), None, False)
+    torch.testing.assert_close(ours, expected, equal_nan=True)
+
+
 # ---- CUDA-only properties
 
 

@@ -239,7 +239,10 @@ at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self
   const at::Tensor nonzero_product =
       broadcast(reduce(ReduceKind::Prod, op, at::where(zero, at::ones({}, x.options()), x), dim, keepdim,
                        x.scalar_type()));
-  const at::Tensor others = at::where(zeros == 0, nonzero_product / x,
+  // Without zeros the product of the others is the forward's result over x,
+  // as torch computes it: recomputing it could round differently (a partial
+  // product that underflows to 0 before meeting an inf gives NaN).
+  const at::Tensor others = at::where(zeros == 0, broadcast(result.to(x.scalar_type())) / x,
                                       at::where(zero.logical_and(zeros == 1), nonzero_product, 0));
   const at::Tensor gradient = broadcast(grad) * others;
   // torch's product of all elements gives 0 where two or more are zero,
