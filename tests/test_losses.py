@@ -259,6 +259,41 @@ def test_ignored_rows_with_non_finite_logits(device, reduction, inplace):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("return_lse", [True, False])  # False: the gradient comes from the forward
+def test_nan_logits_among_masked_ones(device, dtype, reduction, return_lse):
+    # A NaN logit makes its row's lse, loss and gradient NaN, as torch's,
+    # wherever it falls: beside a finite logit or far from it in a row of
+    # -inf (where a thread's part holds only the NaN and -inf), in a row of
+    # NaN and -inf alone, beside +inf; rows without NaN stay as torch's.
+    v = 5003
+    logits = torch.full((6, v), float("-inf"), device=device)
+    logits[0, 11], logits[0, 4000] = float("nan"), 1.5
+    logits[1, 4000], logits[1, 11] = float("nan"), 1.5
+    logits[2, 2500] = float("nan")
+    logits[3, 7], logits[3, 9] = float("nan"), float("inf")
+    logits[4, 100:] = torch.randn(v - 100, device=device)
+    logits[5, 3000] = 2.0
+    logits = logits.to(dtype)
+    target = torch.tensor([4000, 11, 0, 9, 200, 3000], device=device)
+    x, leaf = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    out = fr.cross_entropy(x * 1, target, reduction=reduction, return_lse=return_lse)
+    loss = out[0] if return_lse else out
+    expected = F.cross_entropy(leaf.float(), target, reduction=reduction)
+    torch.testing.assert_close(loss.float(), expected, equal_nan=True, atol=1e-2, rtol=1e-2)
+    if return_lse:
+        expected_lse = torch.logsumexp(logits.double(), 1)
+        assert torch.equal(out[1].isnan(), expected_lse.isnan())
+        torch.testing.assert_close(out[1].double(), expected_lse, equal_nan=True, atol=1e-2, rtol=1e-2)
+    g = torch.rand_like(expected) + 0.5
+    loss.backward(g.to(dtype))
+    expected.backward(g)
+    assert torch.equal(x.grad.isnan(), leaf.grad.isnan())
+    torch.testing.assert_close(x.grad.float(), leaf.grad.float(), equal_nan=True, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_cross_entropy_gradient_in_forward_edges(device, reduction):
     # The loss that the forward with the gradient reduces in its own launch

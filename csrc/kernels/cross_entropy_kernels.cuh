@@ -43,7 +43,10 @@ struct LseState {
 
 // Folds one group of logits into `state`: the sum is rescaled only when the
 // group raises the max. A max of -inf (every logit so far -inf, a masked
-// vocabulary) shifts by 0 so the terms stay exp2(-inf) = 0, not NaN.
+// vocabulary) shifts by 0 so the terms stay exp2(-inf) = 0, not NaN. A NaN
+// logit makes the max NaN, and so the row's lse, loss and gradient, as
+// torch's (a max that dropped it would lose it where the other terms of a
+// merge are 0).
 template <int kVec, typename T, typename A>
 __device__ __forceinline__ void absorb(LseState<A>& state, const VecN<T, kVec>& pack) {
   A u[kVec];
@@ -52,9 +55,9 @@ __device__ __forceinline__ void absorb(LseState<A>& state, const VecN<T, kVec>& 
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     state.total += u[j];
-    top = max_acc(top, u[j]);
+    top = max_or_nan(top, u[j]);
   }
-  if (top > state.max) {
+  if (!(top <= state.max)) {
     state.sum *= exp_shifted(state.max, top);
     state.max = top;
   }
@@ -65,7 +68,7 @@ __device__ __forceinline__ void absorb(LseState<A>& state, const VecN<T, kVec>& 
 
 template <typename A>
 __device__ __forceinline__ LseState<A> merge(const LseState<A>& a, const LseState<A>& b) {
-  const A top = max_acc(a.max, b.max);
+  const A top = max_or_nan(a.max, b.max);
   if (top == -std::numeric_limits<A>::infinity()) return {top, A(0), a.total + b.total};
   return {top, a.sum * exp_shifted(a.max, top) + b.sum * exp_shifted(b.max, top), a.total + b.total};
 }

@@ -19,6 +19,18 @@ __device__ __forceinline__ float exp2_acc(float v) {
 __device__ __forceinline__ double exp2_acc(double v) { return exp2(v); }
 __device__ __forceinline__ float max_acc(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double max_acc(double a, double b) { return fmax(a, b); }
+// The larger of two values, NaN where either is (torch's max): for float one
+// instruction, as fmaxf, which drops a NaN instead.
+__device__ __forceinline__ float max_or_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float result;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(result) : "f"(a), "f"(b));
+  return result;
+#else
+  return isnan(a) || isnan(b) ? a + b : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ double max_or_nan(double a, double b) { return isnan(a) || isnan(b) ? a + b : fmax(a, b); }
 // exp2(scale2 * v - top) in one FMA is exact up to top's own rounding, which
 // shifts every exponent of the row alike and cancels in the normalisation,
 // as long as that shift (at most half an ulp of top) keeps exp2 in range:
