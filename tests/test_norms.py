@@ -141,6 +141,33 @@ def test_rows_with_values_far_out(device, dtype, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [260, 768, 2049, 4096, 65536])
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 1.0])
+def test_rows_whose_squares_overflow(device, dtype, n, eps):
+    # Values of 1e30: the sum of squared deviations overflows float, so the
+    # variance is inf and rstd 0, and layer_norm's output is the bias, with
+    # and without the fused add, through each kernel's row width (a variance
+    # of inf - inf clamped to 0 gave rstd 1 / sqrt(eps) on CUDA). torch's CPU kernel gives the bias
+    # at some widths and NaN at others (768, 4096): ours is compared with it
+    # where it is not NaN, and with the bias everywhere.
+    x = (torch.randn(4, n, dtype=torch.float64) * 1e30).to(dtype)
+    r = torch.randn(4, n).to(dtype)
+    w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
+    on = [t.to(device) for t in (x, r, w, b)]
+    out, h = fr.add_layer_norm(*on[:2], n, *on[2:], eps)
+    torch.testing.assert_close(h.cpu(), x + r)
+    for ours, rows in ((fr.layer_norm(on[0], n, on[2], on[3], eps), x), (out, x + r)):
+        assert torch.equal(ours.cpu(), b.expand_as(x))
+        theirs = F.layer_norm(rows, [n], w, b, eps)
+        if not theirs.isnan().any():
+            assert torch.equal(ours.cpu(), theirs)
+    # rms_norm's sum of squares overflows too: rstd 0 and an output of 0, as torch's.
+    for ours in (fr.rms_norm(on[0], n, on[2], eps), fr.add_rms_norm(*on[:2], n, on[2], eps)[0]):
+        assert torch.equal(ours.cpu().abs(), torch.zeros_like(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [768, 2000, 70000])
 def test_backward_matches_torch(device, n):
     rows = {768: 64, 2000: 2500, 70000: 3}[n]  # 2000: several rows per partial row on the GPU

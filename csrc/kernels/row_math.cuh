@@ -94,6 +94,10 @@ __device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForE
   const A correction = row.sum / count;
   if (!isfinite(correction)) return row.squares / count;
   mean += correction;
+  // Squares past the type's range leave the variance inf (rstd 0), as
+  // torch's; inf - correction^2 could be inf - inf, and a NaN clamped to 0
+  // would make rstd 1 / sqrt(eps).
+  if (isinf(row.squares)) return row.squares;
   return max(row.squares / count - correction * correction, A(0));
 }
 
