@@ -25,6 +25,9 @@ tests/test_fuzz.py runs the cases in child processes, so a crash fails the
 case it happened in. One case, in this process, printing what it compared:
 
     python tests/fuzz.py --device cpu --op sum --case 17
+
+A CUDA case's inputs replayed on the CPU (torch's and our CPU answers to
+them, where no GPU is at hand): `--device cpu --drawn-as cuda`.
 """
 
 import argparse
@@ -69,8 +72,11 @@ def _show(value):
 class Case:
     """The random choices of one case, seeded by its name and recorded."""
 
-    def __init__(self, op: str, index: int, device: str):
+    def __init__(self, op: str, index: int, device: str, drawn_as: str | None = None):
         self.op, self.index, self.device = op, index, device
+        # The device whose case the choices draw: a CUDA case's inputs can
+        # be replayed on the CPU (the choices differ only where devices mix).
+        self.drawn_as = drawn_as or device
         self.rng = random.Random(f"{op}:{index}")
         self.generator = torch.Generator().manual_seed(zlib.crc32(f"{op}:{index}".encode()))
         self.labels: list[str] = []
@@ -155,7 +161,7 @@ class Case:
 
     def other_device(self):
         """Where a tensor goes to mix devices: the CPU on CUDA cases, else nothing to mix."""
-        return "cpu" if self.device != "cpu" else None
+        return "cpu" if self.drawn_as != "cpu" else None
 
     def dims(self, ndim, *, optional=True, allow_empty=True, single=False):
         """A dim argument: valid ones, and out of range or repeated ones."""
@@ -1097,9 +1103,9 @@ def _unchecked_targets(op_name, trial):
     return None if _flatten(ours)[0].isnan().any() else "a bad target on CUDA gives no NaN loss"
 
 
-def check(op_name: str, index: int, device: str, verbose=False):
+def check(op_name: str, index: int, device: str, verbose=False, drawn_as=None):
     """None when the case holds, else what differs."""
-    case = Case(op_name, index, device)
+    case = Case(op_name, index, device, drawn_as)
     trial = OPS[op_name](case)
     if case.bad_targets and device != "cpu":
         return _unchecked_targets(op_name, trial)
@@ -1137,8 +1143,8 @@ def check(op_name: str, index: int, device: str, verbose=False):
     return None
 
 
-def describe(op_name: str, index: int, device: str) -> str:
-    case = Case(op_name, index, device)
+def describe(op_name: str, index: int, device: str, drawn_as: str | None = None) -> str:
+    case = Case(op_name, index, device, drawn_as)
     OPS[op_name](case)
     return " ".join(case.labels)
 
@@ -1166,12 +1172,13 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--op", choices=sorted(OPS))
     parser.add_argument("--case", type=int)
+    parser.add_argument("--drawn-as", help="draw the case of this device (a CUDA case's inputs on the CPU)")
     parser.add_argument("--worker", action="store_true", help="read `OP I` jobs from stdin (tests/test_fuzz.py)")
     args = parser.parse_args()
     if args.worker:
         worker(args.device, [(line.split()[0], int(line.split()[1])) for line in sys.stdin if line.strip()])
         return
-    problem = check(args.op, args.case, args.device, verbose=True)
+    problem = check(args.op, args.case, args.device, verbose=True, drawn_as=args.drawn_as)
     print("holds" if problem is None else f"FAILS: {problem}")
     sys.exit(0 if problem is None else 1)
 

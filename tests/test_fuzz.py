@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import fuzz
-from conftest import DEVICES
+from conftest import DEVICES, requires_cuda
 
 CASES = int(os.environ.get("FASTREDUCE_FUZZ_CASES", "40"))
 WRAP = shlex.split(os.environ.get("FASTREDUCE_FUZZ_WRAP", ""))
@@ -80,3 +80,12 @@ def test_cases_are_reproducible():
     assert fuzz.check("sum", 3, "cpu") is None or fuzz.check("sum", 3, "cpu") == fuzz.check("sum", 3, "cpu")
     assert torch.equal(fuzz.Case("sum", 3, "cpu").values([5], torch.float32),
                        fuzz.Case("sum", 3, "cpu").values([5], torch.float32))
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_cuda_cases_replay_on_the_cpu():
+    # `--drawn-as cuda` on the CPU draws a CUDA case's choices and values.
+    for op in ("layer_norm", "rms_norm_backward", "cross_entropy", "prod_backward", "sum"):
+        for i in range(40):
+            assert fuzz.describe(op, i, "cpu", drawn_as="cuda") == fuzz.describe(op, i, "cuda")
