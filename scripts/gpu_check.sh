@@ -3,7 +3,7 @@
 # kernel micro-benchmark and the benchmarks, and leave logs and results under
 # $OUT (at most 8 files come back).
 #   bash scripts/gpu_check.sh [step ...]
-# Steps, in this order: build tests cpp memcheck racecheck host gpt2 llama
+# Steps, in this order: build tests cpp fuzz memcheck racecheck host gpt2 llama
 # micro reduce stats ladder gpt2_rows llm_rows peers; default: all but the two sanitizer steps.
 # Benches write to build/bench-results; after any benchmark step they are
 # published into docs/results (scripts/update_readme.py) and results.tgz.
@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastreduce-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-steps=" ${*:-build tests cpp host gpt2 llama micro reduce stats ladder gpt2_rows llm_rows peers} "
+steps=" ${*:-build tests cpp fuzz host gpt2 llama micro reduce stats ladder gpt2_rows llm_rows peers} "
 want() { [[ $steps == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -38,6 +38,10 @@ fi
 want tests && python3 -m pytest -q -ra tests -p no:cacheprovider 2>&1 | tail -n 60 | tee "$OUT/tests.log"
 # The C++ tests (API on CPU and CUDA, the example, AOTInductor from C++).
 want cpp && MAX_JOBS=16 make cpp-test PYTHON=python3 2>&1 | grep -v "^\[\|^--\|gmake" | tail -n 60 | tee "$OUT/cpp.log"
+# The fuzz suite's CUDA cases past the 40 the tests run (400 took 78 s on an
+# H200; FUZZ_CASES sets it).
+want fuzz && FASTREDUCE_FUZZ_CASES=${FUZZ_CASES:-400} python3 -m pytest -q -p no:cacheprovider -m cuda \
+  tests/test_fuzz.py -k cuda 2>&1 | grep -E "^E +(python|    output|    case)|passed|failed" | tee "$OUT/fuzz.log"
 # compute-sanitizer over the CUDA norm, loss and autograd tests (compiled ones left
 # out: Inductor's own kernels are not ours to check; so are the test of Python
 # objects freed and the peak-memory tests: under the sanitizer a C-side
