@@ -1053,8 +1053,13 @@ def _in_float64(trial, theirs):
             return type(value)(widen(v) for v in value)
         return value
 
-    wide = Trial(trial.ours, widen(trial.args), trial.kwargs, trial.theirs,
-                 None if trial.their_args is None else widen(trial.their_args), trial.their_kwargs)
+    def widen_kwargs(kwargs):  # a floating output dtype too (torch refuses to narrow into it)
+        if kwargs is None:
+            return None
+        return {k: torch.float64 if k == "dtype" and v in FLOATS else v for k, v in kwargs.items()}
+
+    wide = Trial(trial.ours, widen(trial.args), widen_kwargs(trial.kwargs), trial.theirs,
+                 None if trial.their_args is None else widen(trial.their_args), widen_kwargs(trial.their_kwargs))
     try:
         exact = _flatten(wide.run_theirs())
     except Exception:  # noqa: BLE001  (no float64 answer to compare with)
