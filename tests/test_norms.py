@@ -148,9 +148,10 @@ def test_rows_whose_squares_overflow(device, dtype, n, eps):
     # Values of 1e30: the sum of squared deviations overflows float, so the
     # variance is inf and rstd 0, and layer_norm's output is the bias, with
     # and without the fused add, through each kernel's row width (a variance
-    # of inf - inf clamped to 0 gave rstd 1 / sqrt(eps) on CUDA). torch's CPU kernel gives the bias
-    # at some widths and NaN at others (768, 4096): ours is compared with it
-    # where it is not NaN, and with the bias everywhere.
+    # of inf - inf clamped to 0 gave rstd 1 / sqrt(eps) on CUDA). torch's CPU
+    # kernel gives the bias at some widths and NaN at others (768, 4096):
+    # ours is compared with it where it is not NaN, and with the bias
+    # everywhere.
     x = (torch.randn(4, n, dtype=torch.float64) * 1e30).to(dtype)
     r = torch.randn(4, n).to(dtype)
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
