@@ -8,6 +8,9 @@
 // showed.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+#include <functional>
+#include <iterator>
 #include <string>
 
 #include "../../csrc/kernels/cross_entropy_kernels.cuh"
@@ -110,16 +113,21 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
     CHECK(cudaFree(p));
 }
 
-int main() {
+// An argument N runs the first N shapes only (an A/B inside a short call).
+int main(int argc, char** argv) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   Timer timer;
-  run_shape<__nv_bfloat16>(timer, 4096, 128256, "bfloat16", sms);
-  run_shape<__nv_bfloat16>(timer, 8192, 50304, "bfloat16", sms);
-  run_shape<__nv_bfloat16>(timer, 1024, 262144, "bfloat16", sms);
-  run_shape<__nv_bfloat16>(timer, 8192, 32000, "bfloat16", sms);
-  run_shape<__nv_bfloat16>(timer, 4096, 151936, "bfloat16", sms);
-  run_shape<float>(timer, 4096, 128256, "float32", sms);
-  run_shape<float>(timer, 8192, 50304, "float32", sms);
+  const std::function<void()> shapes[] = {
+      [&] { run_shape<__nv_bfloat16>(timer, 4096, 128256, "bfloat16", sms); },
+      [&] { run_shape<__nv_bfloat16>(timer, 8192, 50304, "bfloat16", sms); },
+      [&] { run_shape<__nv_bfloat16>(timer, 1024, 262144, "bfloat16", sms); },
+      [&] { run_shape<__nv_bfloat16>(timer, 8192, 32000, "bfloat16", sms); },
+      [&] { run_shape<__nv_bfloat16>(timer, 4096, 151936, "bfloat16", sms); },
+      [&] { run_shape<float>(timer, 4096, 128256, "float32", sms); },
+      [&] { run_shape<float>(timer, 8192, 50304, "float32", sms); },
+  };
+  const int count = argc > 1 ? std::atoi(argv[1]) : int(std::size(shapes));
+  for (int i = 0; i < count && i < int(std::size(shapes)); ++i) shapes[i]();
   return 0;
 }
