@@ -6,6 +6,8 @@
 #   bash scripts/gpu_check.sh [step ...]
 # Steps, in this order: build tests cpp fuzz memcheck racecheck host gpt2 llama
 # micro reduce stats ladder gpt2_rows llm_rows peers; default: all but the two sanitizer steps.
+# A `run` that carries .device_build (made on the development machine by
+# scripts/device_build.sh from the same sources) skips the build.
 # Benches write to build/bench-results; after any benchmark step they are
 # published into docs/results (scripts/update_readme.py) and results.tgz.
 # The build here is for sm_90 only (the H100/H200), to save minutes; CI
@@ -25,7 +27,15 @@ want() { [[ $steps == *" $1 "* ]]; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } 2>&1 | tee "$OUT/env.txt"
 
-# A warm machine keeps the last build; a fresh one needs it whatever was asked.
+# A carried .device_build serves while it was built from these sources; a
+# warm machine keeps the last build; otherwise a fresh one needs it whatever
+# was asked.
+if [[ -f .device_build/sources.sha256 && $(bash scripts/source_hash.sh) == $(cat .device_build/sources.sha256) ]] &&
+    ! want build; then
+  cp .device_build/*.so .device_build/_build_info.py fastreduce_torch/
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  echo "build: carried (.device_build)"
+fi
 python3 -c "import fastreduce_torch" 2>/dev/null || steps+="build "
 if want build; then
   start=$(date +%s)

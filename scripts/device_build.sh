@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds fastreduce_torch here for the GPU machine (its Python 3.12 and torch
+# 2.11.0+cu130, sm_90), so that a fresh machine needs no build there (about
+# 200 s of its device time). The two libraries, _build_info.py and a hash of
+# the sources they came from land in .device_build/; a `run` that carries it
+# has scripts/gpu_check.sh use them while the hash matches the tree's.
+#   bash scripts/device_build.sh
+# The first run makes a Python 3.12 venv with that torch ($DEVICE_VENV) and
+# builds the whole extension (about 13 minutes on two cores); later runs
+# rebuild what changed in $DEVICE_BUILD_DIR.
+set -euo pipefail
+torch_version=${DEVICE_TORCH:-2.11.0}
+python=${DEVICE_PYTHON:-$HOME/.pyenv/versions/3.12.1/bin/python}
+venv=${DEVICE_VENV:-/tmp/device-venv}
+tree=${DEVICE_BUILD_DIR:-/tmp/device-build}
+cd "$(dirname "$0")/.."
+
+if [[ ! -x $venv/bin/python ]]; then
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "torch==$torch_version" numpy setuptools wheel ninja
+fi
+# The working tree as a run sends it: tracked and untracked, not ignored, files.
+mkdir -p "$tree"
+git ls-files -z --cached --others --exclude-standard |
+  tar --null --ignore-failed-read -T - -cf - | tar -xf - -C "$tree"
+(cd "$tree" && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-2} \
+  "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps -e .)
+mkdir -p .device_build
+cp "$tree"/fastreduce_torch/{_C.cpython-312-x86_64-linux-gnu.so,libfastreduce_ops.so,_build_info.py} .device_build/
+bash scripts/source_hash.sh > .device_build/sources.sha256
+echo "built for the GPU machine: $(du -sh .device_build | cut -f1) in .device_build (carry it)"
