@@ -19,8 +19,11 @@ if [[ ! -x $venv/bin/python ]]; then
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q "torch==$torch_version" numpy setuptools wheel ninja
 fi
-# The working tree as a run sends it: tracked and untracked, not ignored, files.
+# The working tree as a run sends it: tracked and untracked, not ignored, files
+# (the sources' folders emptied first, so that a file deleted here is gone there
+# too; the copies keep their times, so the build redoes only what changed).
 mkdir -p "$tree"
+rm -rf "$tree/csrc" "$tree/include" "$tree/cmake"
 git ls-files -z --cached --others --exclude-standard |
   tar --null --ignore-failed-read -T - -cf - | tar -xf - -C "$tree"
 (cd "$tree" && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-2} \
