@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import environment, header, save_json  # noqa: E402
-from peers import SHAPES, TRAFFIC, Meter, definitions, liger, make_inputs, step  # noqa: E402
+from peers import SHAPES, TRAFFIC, Meter, copy_kernel, definitions, liger, make_inputs, step  # noqa: E402
 
 # Longer than any cell's host work (cycles: about 2 ms at the H100's clock).
 SLEEP_CYCLES = 4_000_000
@@ -75,11 +75,8 @@ def main():
                                        for backward in (False, True)]:
         names, impls = defs[op]
         inputs = make_inputs(names, shape, dtype, backward)
-        nbytes = TRAFFIC[op][backward] * inputs[0].numel() * inputs[0].element_size()
-        src = torch.empty(nbytes // 8, dtype=torch.float32, device="cuda").uniform_()
-        dst = torch.empty_like(src)
         runs = {name: step(fn, inputs, backward) for name, fn in impls.items()}
-        runs["copy of the bytes"] = lambda: torch.neg(src, out=dst)
+        runs["copy of the bytes"] = copy_kernel(TRAFFIC[op][backward] * inputs[0].numel() * inputs[0].element_size())
         for name, run in runs.items():
             for _ in range(3):  # compiled and autotuned before anything is timed
                 run()
@@ -89,7 +86,7 @@ def main():
             lines.append(f"| {op} | {'x'.join(map(str, shape))} | {cell['dtype']} | {cell['pass']} | {name} | "
                          f"{cell['kernel']:.1f} | {cell['call']:.1f} | {cell['device']:.1f} | {cell['host']:.1f} |")
             print(lines[-1], flush=True)
-        del runs, inputs, src, dst
+        del runs, inputs
         torch.cuda.empty_cache()
     save_json("call_split.json", {"environment": env, "cells": cells, "markdown": "\n".join(lines)})
 

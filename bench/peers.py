@@ -247,17 +247,23 @@ def step(fn, inputs, backward: bool):
     return run
 
 
-def copy_of(nbytes: int, meter) -> dict:
-    """A kernel-only probe of the cell's traffic: an element-wise kernel (a
-    negation) reading half as many bytes and writing the other half, timed as
-    the cells are: the limit a kernel of this traffic meets on this GPU in
-    this run. (Not cudaMemcpy: the profiler's span of a large one runs longer
-    than the copy takes between events.)"""
+def copy_kernel(nbytes: int):
+    """A kernel-only probe of `nbytes` of traffic: an element-wise kernel (a
+    negation) reading half of them and writing the other half. (Not
+    cudaMemcpy: the profiler's span of a large one runs longer than the copy
+    takes between events.)"""
     src = torch.empty(nbytes // 8, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
 
     def copy():
         torch.neg(src, out=dst)
+    return copy
+
+
+def copy_of(nbytes: int, meter) -> dict:
+    """The copy kernel of the cell's traffic, timed as the cells are: the limit
+    a kernel of this traffic meets on this GPU in this run."""
+    copy = copy_kernel(nbytes)
     copy()
     return {"kernel": meter.kernel_us(copy), "call": meter.call_us({"copy": copy})["copy"]}
 

@@ -1153,7 +1153,8 @@ def check(op_name: str, index: int, device: str, verbose=False, drawn_as=None):
         return None if ours.dtype == torch.int32 and ours.dim() == 0 else f"probe gives {ours}"
     problem = _compare_outputs(trial, case, ours, theirs)
     if problem:
-        for other in (_in_float64, _on_the_cpu) if device != "cpu" else (_in_float64,):
+        references = (_in_float64, _on_the_cpu) if device != "cpu" else (_in_float64,)
+        for other in references:
             answer = other(trial, theirs)
             if answer is not None and _compare_outputs(trial, case, ours, answer) is None:
                 problem = None  # closer to the float64 result (an underflow torch has, say), or torch's CPU's
