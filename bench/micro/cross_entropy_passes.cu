@@ -15,6 +15,7 @@
 
 #include "../../csrc/kernels/cross_entropy_kernels.cuh"
 #include "../../csrc/launch/cross_entropy.h"
+#include "../../csrc/launch/rows.h"
 #include "probe.cuh"
 
 using namespace fastreduce;
@@ -108,6 +109,39 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
                 c.threads, c.per_sm == 0 ? "rows" : std::to_string(c.per_sm).c_str(), (long long)(shared / 1024), us,
                 2 * bytes / us / 1e3, host_worst);
   }
+  // The row split over a cluster of 2 to 16 blocks of 256 threads (the kSplit
+  // kernel; 512 threads lost at every shape on the H200), as many clusters as
+  // fit at once, each block caching its share whole.
+  if constexpr (std::is_same_v<A, float>) {
+    auto split = cross_entropy_forward_backward_kernel<T, kVec, true>;
+    constexpr int threads = 256;
+    for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2) {
+      const int64_t share = (classes / kVec + cluster - 1) / cluster;
+      const size_t shared = size_t(share) * 16;
+      if (shared > 200 * 1024) continue;
+      CHECK(rows::allow_clusters(split, cluster, shared));
+      const int resident = rows::resident_clusters(split, cluster, threads, shared);
+      if (resident == 0) continue;
+      cudaLaunchAttribute attribute = rows::cluster_attribute(cluster);
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(unsigned(std::min<int64_t>(rows, resident) * cluster));
+      config.blockDim = dim3(unsigned(threads));
+      config.dynamicSmemBytes = shared;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      const float us = timer.median_us([&] {
+        CHECK(cudaLaunchKernelEx(&config, split, a, static_cast<const A*>(nullptr), false, lse, row_loss,
+                                 LossFold<T>{}, grad, share, true));
+      });
+      CHECK(cudaMemset(worst, 0, 4));
+      max_difference<<<1024, 256>>>(grad, reference, n, worst);
+      max_difference<<<1, 256>>>(lse, lse_ref, rows, worst);
+      float host_worst = 0;
+      CHECK(cudaMemcpy(&host_worst, worst, 4, cudaMemcpyDeviceToHost));
+      std::printf("| with gradient, split over %d, %d clusters | %d | | %lld | %.1f | %.0f | %.3g |\n", cluster,
+                  resident, threads, (long long)(shared / 1024), us, 2 * bytes / us / 1e3, host_worst);
+    }
+  }
   for (void* p : {(void*)logits, (void*)grad, (void*)reference, (void*)target, (void*)lse, (void*)lse_ref,
                   (void*)row_loss, (void*)one, (void*)worst})
     CHECK(cudaFree(p));
@@ -126,6 +160,9 @@ int main(int argc, char** argv) {
       [&] { run_shape<__nv_bfloat16>(timer, 4096, 151936, "bfloat16", sms); },
       [&] { run_shape<float>(timer, 4096, 128256, "float32", sms); },
       [&] { run_shape<float>(timer, 8192, 50304, "float32", sms); },
+      [&] { run_shape<__nv_bfloat16>(timer, 8192, 20480, "bfloat16", sms); },
+      [&] { run_shape<__nv_bfloat16>(timer, 4096, 200064, "bfloat16", sms); },
+      [&] { run_shape<float>(timer, 4096, 151936, "float32", sms); },
   };
   const int count = argc > 1 ? std::atoi(argv[1]) : int(std::size(shapes));
   for (int i = 0; i < count && i < int(std::size(shapes)); ++i) shapes[i]();

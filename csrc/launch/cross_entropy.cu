@@ -16,6 +16,10 @@ constexpr int kRowsPerSmMax = 32;
 // The with-gradient kernel's static shared memory (its scratch, the block
 // merge's and the cluster inboxes), at most.
 constexpr int64_t kWithGradStaticBytes = 2048;
+// The with-gradient kernel's rows split over a cluster: rows longer than
+// this, in blocks of kSplitThreads.
+constexpr int64_t kSplitRowBytes = 32 * 1024;
+constexpr int kSplitThreads = 256;
 
 // Bytes of the accumulator type (float, double for double).
 size_t acc_bytes(const CrossEntropyShape& shape) { return shape.dtype == DType::Double ? 8 : 4; }
@@ -148,26 +152,35 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
         return cudaLaunchKernelEx(&config, which, a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
                                   static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input), cached, prefetch);
       };
-      // Rows of which one block would leave more to L2 than it caches run
-      // split over the smallest cluster whose blocks cache their shares
-      // whole, two to an SM as rows that fit twice run (float accumulators).
-      // H100, bench/micro's cross_entropy probe, µs unsplit -> split: float32
-      // (4096, 128256) 1835 -> 1547, bf16 (1024, 262144) 487 -> 432; where
-      // one block caches most of the row, splitting lost (bf16 (4096,
-      // 128256) 773 -> 827) or tied ((4096, 151936) 950).
+      // Rows past kSplitRowBytes run split over the cluster (2 to 16 blocks of
+      // 256 threads, each caching its share whole, two or more to an SM) of
+      // which most run at once, the smaller on ties (float accumulators):
+      // more, shorter rows in flight. Not where that keeps fewer rows in
+      // flight than half the SMs while one block would cache most of the row.
+      // H200, bench/micro's cross_entropy probe, µs unsplit (or split in 512
+      // threads) -> split: bf16 (8192, 20480) 257 -> 244 (2 blocks), (8192,
+      // 32000) 355 -> 325 (2), (8192, 50304) 487 -> 469 (2), (4096, 128256)
+      // 658 -> 631 (4), (1024, 262144) 409 -> 344 (8); float32 (8192, 50304)
+      // 967 -> 877 (2), (4096, 128256) 1374 -> 1139 (8), (4096, 151936)
+      // 1567 -> 1463 (8). Left whole: bf16 (4096, 151936) 805 (849 split over
+      // 4 or 8, 62 clusters at once), (4096, 200064) 1057 (1043).
       if constexpr (std::is_same_v<A, float> && sizeof(VecN<T, kVec>) == 16) {
-        if (row_bytes > 2 * (per_block_bytes - kWithGradStaticBytes) && cluster_launch_supported()) {
+        if (row_bytes > kSplitRowBytes && cluster_launch_supported()) {
           const auto split = cross_entropy_forward_backward_kernel<T, kVec, true>;
-          constexpr int kSplitThreads = kCrossEntropyResidentThreads / 2;
+          int best = 0, best_resident = 0;
           for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2) {
-            const int64_t share = ceil_div(packs, int64_t(cluster));
-            if (2 * (share * 16 + kWithGradStaticBytes) > per_sm_bytes) continue;
-            const size_t bytes = size_t(share) * 16;
-            const int resident = resident_clusters(split, cluster, kSplitThreads, bytes);
-            if (resident == 0) break;
-            if (const cudaError_t err = allow_clusters(split, cluster, bytes); err != cudaSuccess) return err;
-            return launch(split, std::min<int64_t>(shape.rows, resident) * cluster, kSplitThreads, share,
-                          /*prefetch=*/true, cluster);
+            const int64_t share_bytes = ceil_div(packs, int64_t(cluster)) * 16;
+            if (2 * (share_bytes + kWithGradStaticBytes) > per_sm_bytes) continue;
+            const int resident = resident_clusters(split, cluster, kSplitThreads, size_t(share_bytes));
+            if (resident > best_resident) best = cluster, best_resident = resident;
+          }
+          const bool mostly_cached = row_bytes <= 2 * (per_block_bytes - kWithGradStaticBytes);
+          if (best > 0 && (2 * best_resident >= sm_count || !mostly_cached)) {
+            const int64_t share = ceil_div(packs, int64_t(best));
+            if (const cudaError_t err = allow_clusters(split, best, size_t(share) * 16); err != cudaSuccess)
+              return err;
+            return launch(split, std::min<int64_t>(shape.rows, best_resident) * best, kSplitThreads, share,
+                          /*prefetch=*/true, best);
           }
         }
       }
