@@ -21,8 +21,8 @@ Peak MiB: the growth of max_memory_allocated over one call beyond its
 inputs, the previous call's gradients freed. "vs best" is the best peer's
 time over fastreduce's (above 1: fastreduce is faster); GB/s counts the
 bytes the op must move (forward: read x, write y; forward + backward adds
-the backward's reads and writes) in kernel time; the copy rate of this H100
-is 3024 GB/s (ANCHORS.md).
+the backward's reads and writes) in kernel time; the copy column is the
+card's own limit (H100: 3024 GB/s, ANCHORS.md; H200: about 4330).
 
     python3 bench/peers.py [--ops rms_norm,softmax] [--dtypes bfloat16] [--widths 65536] [--append]
                            [--flush write]

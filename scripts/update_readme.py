@@ -80,6 +80,7 @@ SECTIONS = {
     "cpu": generic_section,
     "linear_cross_entropy": generic_section,
     "peers": generic_section,
+    "peers_h100": generic_section,
     "peers_write_flush": generic_section,
 }
 

@@ -180,13 +180,14 @@ def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, dtype", [((37, 262144), torch.bfloat16), ((3, 240008), torch.bfloat16),
-                                          ((300, 131072), torch.float32)],
-                         ids=["bfloat16-37x262144", "bfloat16-3x240008", "float32-300x131072"])
+                                          ((300, 131072), torch.float32), ((300, 50304), torch.bfloat16),
+                                          ((200, 128256), torch.bfloat16)],
+                         ids=["bfloat16-37x262144", "bfloat16-3x240008", "float32-300x131072", "bfloat16-300x50304",
+                              "bfloat16-200x128256"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype, inplace):
-    # Rows one block cannot mostly keep on chip (the launcher splits rows
-    # past twice a block's shared memory) run over a cluster of blocks, each
-    # holding its share: shares that do not divide the row (240008), fewer
+    # Rows past 32 KiB run over a cluster of blocks (here of 2, 4 and 8),
+    # each holding its share: shares that do not divide the row (240008), fewer
     # rows than clusters and more, targets spread over the shares and at both
     # ends, every reduction, smoothing and ignored rows, against float64.
     n, v = shape
