@@ -32,25 +32,9 @@ from peers import SHAPES, TRAFFIC, Meter, copy_kernel, definitions, liger, make_
 SLEEP_CYCLES = 4_000_000
 
 
-def timed_by_events(meter: Meter, fn, queued: bool, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        meter.evict_l2()
-        torch.cuda.synchronize()
-        if queued:
-            torch.cuda._sleep(SLEEP_CYCLES)
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
 def split(meter: Meter, fn, reps: int) -> dict:
-    call = timed_by_events(meter, fn, queued=False, reps=reps)
-    device = timed_by_events(meter, fn, queued=True, reps=reps)
+    call = statistics.median(meter.one_call_us(fn) for _ in range(reps))
+    device = statistics.median(meter.one_call_us(fn, behind_sleep=SLEEP_CYCLES) for _ in range(reps))
     return {"kernel": meter.kernel_us(fn), "call": call, "device": device, "host": call - device}
 
 

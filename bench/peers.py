@@ -189,16 +189,24 @@ class Meter:
         for rep in range(reps):
             for index in orders[rep % len(orders)]:
                 name = names[index]
-                fn = fns[name]
-                self.evict_l2()
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                begin.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times[name].append(begin.elapsed_time(end) * 1e3)
+                times[name].append(self.one_call_us(fns[name]))
         return {name: statistics.median(t) for name, t in times.items()}
+
+    def one_call_us(self, fn, behind_sleep: int = 0) -> float:
+        """µs between events around one call of fn, made with the L2 evicted and
+        the device idle; with `behind_sleep` cycles, the call is queued behind a
+        sleep kernel that outlasts the host's work, so that the events time the
+        device alone."""
+        self.evict_l2()
+        torch.cuda.synchronize()
+        if behind_sleep:
+            torch.cuda._sleep(behind_sleep)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) * 1e3
 
     def kernel_us(self, fn, reps=3):
         from torch.profiler import ProfilerActivity, profile
