@@ -39,9 +39,12 @@ __global__ void read_all(const float4* data, int64_t count, float* sink) {
   if (acc == 1234.5f) *sink = acc;
 }
 
+// One pack a thread, one pass: on the H200 as fast as cudaMemcpyAsync (126
+// µs for 256 MiB), where a grid-stride loop over 528 blocks took 135
+// (stream_shapes.cu).
 __global__ void copy_all(const float4* in, float4* out, int64_t count) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = in[i];
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < count) out[i] = in[i];
 }
 
 // Median µs of launch() over `reps` calls, each after a 256 MiB read.
@@ -78,7 +81,8 @@ struct Timer {
   // A copy of `bytes` (a multiple of 16) from `in` to `out`: the two passes' limit.
   float copy_us(const void* in, void* out, int64_t bytes) {
     return median_us([&] {
-      copy_all<<<132 * 4, 512>>>(static_cast<const float4*>(in), static_cast<float4*>(out), bytes / 16);
+      const int64_t count = bytes / 16;
+      copy_all<<<(count + 255) / 256, 256>>>(static_cast<const float4*>(in), static_cast<float4*>(out), count);
     });
   }
 };

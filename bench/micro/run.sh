@@ -8,6 +8,8 @@
 #   bash bench/micro/run.sh norm_forward     norm_forward.cu
 #   bash bench/micro/run.sh norm_backward    norm_backward.cu
 #   bash bench/micro/run.sh softmax_forward  softmax_forward.cu
+#   bash bench/micro/run.sh stream_shapes    stream_shapes.cu
+#   bash bench/micro/run.sh norm_row_variants norm_row_variants.cu
 set -euo pipefail
 cd "$(dirname "$0")"
 case ${1:-} in
@@ -18,7 +20,9 @@ case ${1:-} in
   norm_forward) sources="norm_forward.cu ../../csrc/launch/norms.cu" ;;
   norm_backward) sources="norm_backward.cu ../../csrc/launch/norms.cu" ;;
   softmax_forward) sources="softmax_forward.cu ../../csrc/launch/softmax.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward" >&2; exit 2 ;;
+  stream_shapes) sources="stream_shapes.cu" ;;
+  norm_row_variants) sources="norm_row_variants.cu ../../csrc/launch/norms.cu" ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1"
