@@ -424,9 +424,9 @@ def test_wide_rms_rows(dtype, n, affine):
 @pytest.mark.parametrize("n", [40000, 262144])
 @pytest.mark.parametrize("with_weight, with_bias", [(False, False), (True, False), (False, True), (True, True)])
 def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_bias):
-    # Float rows across a cluster on Hopper (40000: 8 blocks at four packs a
-    # thread; 262144: 16 at eight, backward too), forward and backward with
-    # each combination of weight and bias.
+    # Float rows across a cluster on Hopper (40000: 4 blocks at eight packs a
+    # thread; 262144: 16, backward too), forward and backward with each
+    # combination of weight and bias.
     x = torch.randn(4, n, device=device) * 3 + 1
     w = torch.randn(n, device=device) if with_weight else None
     b = torch.randn(n, device=device) if with_bias else None
@@ -487,12 +487,15 @@ def our_norm(kind, x, r, n, w, b):
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
 @pytest.mark.parametrize("n, dtype", [(16384, torch.float32), (32768, torch.bfloat16), (65536, torch.float32),
                                       (262144, torch.bfloat16), (262144, torch.float32), (8192, torch.float64),
-                                      (524288, torch.bfloat16)])
+                                      (524288, torch.bfloat16), (40000, torch.float32), (100000, torch.float32),
+                                      (40000, torch.float64)])
 def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
-    # to 16 blocks (4 packs a thread, or 8 at 262144 floats and 524288
-    # bf16), with and without the fused add: outputs, h and the statistics
-    # against torch and a float64 reference.
+    # to 16 blocks (4 packs a thread; 8 for 524288 bf16 and for float and
+    # double rows past 32768 and 16384, which load the next row during each
+    # row's exchange, all but the fused add; 40000 and 100000: rows short of
+    # their clusters' packs), with and without the fused add: outputs, h and
+    # the statistics against torch and a float64 reference.
     rows = 2**23 // n + 3
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
     r = torch.randn(rows, n, device="cuda").to(dtype)
@@ -520,9 +523,10 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 @pytest.mark.parametrize("n, rows", [(65536, 300), (262144, 35)])
 def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype, n, rows):
     # Rows of 65536 and 262144 take clusters of 4-16 blocks, which walk
-    # several rows each (on Hopper, where that keeps as many clusters
-    # resident) with the weight and bias they hold in shared memory: every
-    # combination of the two, against torch and a float64 reference.
+    # several rows each (on Hopper: bf16 where that keeps as many clusters
+    # resident, floats always, loading the next row during each exchange)
+    # with the weight and bias they hold in shared memory: every combination
+    # of the two, against torch and a float64 reference.
     if kind.endswith("rms") and params in ("bias", "both"):
         pytest.skip("rms_norm has no bias")
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)

@@ -85,12 +85,14 @@ __device__ __forceinline__ void open_inboxes() {
 }
 
 // Exchange `turn` (0, 1, ...) of the value every thread of the block holds
-// (of up to 16 bytes): every block's value, in block order, in this block's
-// inbox. A box is refilled two turns later, which no block reaches before
-// every block has read it: a block's push of the turn between follows its
-// reads (a barrier of the block between them).
+// (of up to 16 bytes), in two halves: push sends this block's value to every
+// block's inbox, collect waits until every block's has landed in ours and
+// returns them in block order. Work between the two (a next row's loads)
+// overlaps the trip. A box is refilled two turns later, which no block
+// reaches before every block has read it: a block's push of the turn between
+// follows its reads (a barrier of the block between them).
 template <typename A>
-__device__ __forceinline__ const A* gather(const A& value, int turn, int blocks, int rank) {
+__device__ __forceinline__ void push(const A& value, int turn, int blocks, int rank) {
   Inboxes& boxes = inboxes();
   const int box = turn & 1;
   A* const values = reinterpret_cast<A*>(boxes.values[box]);
@@ -101,18 +103,30 @@ __device__ __forceinline__ const A* gather(const A& value, int turn, int blocks,
                  :: "r"(landed), "r"(uint32_t(blocks * sizeof(A))) : "memory");
   if (int(threadIdx.x) < blocks)
     store_async(in_block(shared_address(values + rank), threadIdx.x), value, in_block(landed, threadIdx.x));
+}
+
+template <typename A>
+__device__ __forceinline__ const A* collect(int turn) {
+  Inboxes& boxes = inboxes();
+  const uint32_t landed = shared_address(&boxes.landed[turn & 1]);
   const uint32_t parity = (turn >> 1) & 1;
   for (uint32_t done = 0; !done;)
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                  : "=r"(done) : "r"(landed), "r"(parity) : "memory");
-  return values;
+  return reinterpret_cast<const A*>(inboxes().values[turn & 1]);
 }
 
-// Every block's value combined by Op (the same bits in every block); the
-// barrier in the block reduction before a push separates it from the reads.
+template <typename A>
+__device__ __forceinline__ const A* gather(const A& value, int turn, int blocks, int rank) {
+  push(value, turn, blocks, rank);
+  return collect<A>(turn);
+}
+
+// Every block's value combined by Op from a collect's inbox (the same bits in
+// every block). The barrier in the block reduction before a push separates
+// it from these reads.
 template <typename Op, typename A>
-__device__ A allreduce(const A& value, int turn, int blocks, int rank) {
-  const A* values = gather(value, turn, blocks, rank);
+__device__ __forceinline__ A combine(const A* values, int blocks) {
   const int lane = threadIdx.x % kWarpSize;
   return warp_allreduce<Op>(lane < blocks ? values[lane] : Op::identity());
 }

@@ -162,6 +162,17 @@ constexpr bool kStagesWeight = !Math::kCentered && sizeof(T) == 2;
 template <typename T, int kVec, typename Math>
 using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, VecN<T, kVec>>;
 
+// Walking kernels of eight packs of four- or eight-byte elements load their
+// next row during each row's exchange (norm_forward_lanes_kernel), taking two
+// rows' registers, one block an SM. H200, float32 (bench/micro/norm_forward):
+// layer_norm (512, 262144) 339.7 -> 304.5 µs, (1024, 131072) 315.0 -> 292.1,
+// (2048, 65536) 298.5 -> 288.7; rms_norm (1024, 131072) 294.5 -> 274.0,
+// (2048, 65536) 283.2 -> 274.3. Two-byte walks of eight packs ran 30-40%
+// slower so (bf16 (512, 262144) rms_norm 153 -> 206 µs) and keep four packs,
+// two blocks an SM, where the other block's loads cover an exchange.
+template <typename T, int kPacks>
+constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
+
 // ---- The row in registers. Warp rows load the weight and bias packs with
 // the x packs, so the output pass only computes and stores (faster than
 // reading them after the statistics or staging them in shared memory).
@@ -185,15 +196,12 @@ using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, 
 // so the launcher would not walk). rms_norm's fit unheld; held, bf16 spilled
 // and ran 25% slower. layer_norm's one-row kernel of four float packs is held
 // to three (its second pass took it from 40 registers to 54 and two blocks).
-// Walking kernels of eight float packs (131073-262144 floats, clusters of 16)
-// are held to two: unheld, rms_norm's took 78 registers, one block an SM, and
-// 7 clusters ran where 14 fit (float32 (512, 262144) 410 -> 365 µs on the
-// H100; held: 64 registers, no spill). layer_norm's parameters in shared
-// memory leave it one block an SM either way. Every other kernel states no
-// minimum (0: a stated 1 changes ptxas's register choices).
+// Prefetching walks (kPrefetchingWalk) hold two rows, one block an SM by
+// design: unheld. Every other kernel states no minimum (0: a stated 1
+// changes ptxas's register choices).
 template <typename T, int kPacks, int kVec, typename Math, bool kWalk>
 constexpr int forward_min_blocks() {
-  if (kWalk && sizeof(T) == 4 && kPacks == 8) return 2;
+  if (kWalk && kPrefetchingWalk<T, kPacks>) return 0;
   if (!Math::kCentered || kPacks * sizeof(VecN<T, kVec>) > 64) return 0;
   if (kWalk) return 2;
   return sizeof(T) == 4 && kPacks == 4 ? 3 : 0;
@@ -218,6 +226,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   // element, not an extract and a shift); walking kernels keep the packs'
   // fields (as words, layer_norm bf16's walk ran 7% slower: NOTES.md).
   constexpr bool kWords = !kWalk && sizeof(T) == 2;
+  // Walks of eight float packs a thread (kPrefetchingWalk) run one block an
+  // SM, so no other block's loads cover their exchanges: they load their
+  // share of the next row while the current row's sums are in flight (rows
+  // without a residual).
+  constexpr bool kPrefetch = kWalk && kPrefetchingWalk<T, kPacks>;
   const auto value = [](const Pack& pack, int j) -> A {
     if constexpr (kWords) return element(pack, j);
     else return static_cast<A>(pack.elem[j]);
@@ -261,6 +274,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     }
   }
   const int64_t row_groups = gridDim.x / cluster_blocks();
+  const bool prefetch = kPrefetch && !a.residual;
+  Pack ahead[kPacks];
+  if (prefetch && threads.row < a.rows)
+    load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + threads.row * a.n), groups, ahead);
   for (;; threads.row += row_groups) {
     if constexpr (kWalk) {
       if (threads.row >= a.rows) break;
@@ -270,7 +287,19 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     }
     const int64_t offset = threads.row * a.n;
     Pack packs[kPacks], scales[kPacks], shifts[kPacks];
-    load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, packs);
+    if (prefetch) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) packs[p] = ahead[p];
+    } else {
+      load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, packs);
+    }
+    bool fetched = false;
+    const auto fetch_next = [&] {
+      if (!prefetch || fetched) return;
+      fetched = true;
+      const int64_t next = threads.row + row_groups;
+      if (next < a.rows) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + next * a.n), groups, ahead);
+    };
     if (a.residual) {
       Pack adds[kPacks];
       load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
@@ -303,7 +332,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
 #pragma unroll
               for (int j = 0; j < kVec; ++j) f(value(packs[p], j));
         },
-        [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
+        [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v, fetch_next); }, mean);
     Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
     const RowNormalizer<T, A> normalize(mean, rstd);
     if (staged_weight) wait_async_copies();

@@ -149,17 +149,29 @@ struct RowThreads {
   __device__ int local(int p) const { return kWarpRows ? group(p) : p * int(blockDim.x) + int(threadIdx.x); }
   template <typename Op, typename A>
   __device__ A allreduce(A value) const {
+    return allreduce<Op>(value, [] {});
+  }
+  // The same, calling during() while the value is in flight between the
+  // blocks of a cluster (after the row's own reduction elsewhere): a walking
+  // kernel's loads of its next row overlap the exchange so.
+  template <typename Op, typename A, typename During>
+  __device__ A allreduce(A value, During&& during) const {
     if constexpr (kWarpRows) {
-      return warp_allreduce<Op>(value);
+      value = warp_allreduce<Op>(value);
     } else {
       __shared__ A scratch[kWarpSize];
       value = block_allreduce<Op>(value, scratch);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      const int blocks = count / int(blockDim.x);
-      if (in_cluster()) return cluster::allreduce<Op>(value, exchanges_++, blocks, rank / int(blockDim.x));
+      if (in_cluster()) {
+        const int blocks = count / int(blockDim.x), turn = exchanges_++;
+        cluster::push(value, turn, blocks, rank / int(blockDim.x));
+        during();
+        return cluster::combine<Op>(cluster::collect<A>(turn), blocks);
+      }
 #endif
-      return value;
     }
+    during();
+    return value;
   }
 
  private:

@@ -133,7 +133,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
     // One-block rows that stage their weight (norm_kernels.cuh) get its packs' room.
     const size_t staged_bytes = kStagesWeight<T, Math> && a.weight ? sizeof(Vec16<T>) : 0;
-    return launch_block_lanes<T, 8, /*kWalks=*/true>(
+    constexpr Walks kWalks = kPrefetchingWalk<T, 8> ? Walks::kPrefetching : Walks::kWhereResident;
+    return launch_block_lanes<T, 8, kWalks>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
         [n](auto packs, auto vec, auto walk) {
           constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
@@ -147,6 +148,12 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           // layer_norm's element-wise rows past 1024 take 512 threads.
           constexpr bool kMayPreload = sizeof(T) == 2 && kPacks <= 4 && !kWalk;
           if constexpr (kMayPreload && !Math::kCentered) {
+            // Except rms_norm's one-row blocks of 512 threads, whose staged
+            // weight is as near without it (H200, bf16 (8192, 16384): 135.8
+            // preloaded, 131.4 not; at 256 threads and fewer preloading ties
+            // or wins: bench/micro/norm_row_variants.cu).
+            if (block_lane_threads(n / kVec) == kRowThreadsMax)
+              return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false>;
             return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>;
           } else {
             if constexpr (kMayPreload && kVec > 1) {

@@ -179,15 +179,32 @@ inline int smallest_cluster(int64_t groups, int packs) {
   return 0;
 }
 
+// Clusters of at least this many blocks walk their rows where the caller
+// has a walking kernel (one wave of resident clusters, each taking rows k,
+// k + G, ...): launching a cluster per row leaves SMs idle until enough are
+// free in one GPC at once. Measured on the H100 (NOTES.md): rms_norm rows of
+// 262144 bf16 212 -> 186 µs, float32 477 -> 410, layer_norm float32
+// 565 -> 486; clusters of 4 (bf16 65536 wide): layer_norm 220 -> 211,
+// rms_norm 193 -> 190, and of 8 (131072): 228 -> 212, 200 -> 187. Clusters
+// of 2 (bf16 32768) were mixed: layer_norm 3% faster, rms_norm and softmax
+// 1-2% slower.
+constexpr int kWalkClusterMin = 4;
+
 // Rows beyond one block's registers, where thread-block clusters exist: a
 // cluster of 2 to 16 blocks of kRowThreadsMax threads per row, in the
 // smallest cluster that holds the row at 4 packs a thread (two blocks fit an
 // SM), else 16 blocks of 8 packs (16 spill) where max_packs allows; {0, 0}
-// where neither holds it.
+// where neither holds it. Walks that load their next row during an exchange
+// (`prefetching_walk`: the norm forward's float rows) take 8 packs wherever
+// that still makes a walking cluster: one block an SM with two rows in
+// flight ran faster than two blocks with one (kPrefetchingWalk in
+// norm_kernels.cuh has the numbers).
 struct ClusterLanes {
   int packs, cluster;
 };
-inline ClusterLanes cluster_lanes(int64_t groups, int max_packs) {
+inline ClusterLanes cluster_lanes(int64_t groups, int max_packs, bool prefetching_walk = false) {
+  if (prefetching_walk && max_packs >= 8)
+    if (const int cluster = smallest_cluster(groups, 8); cluster >= kWalkClusterMin) return {8, cluster};
   if (const int cluster = smallest_cluster(groups, 4)) return {4, cluster};
   if (max_packs >= 8 && smallest_cluster(groups, 8) == 16) return {8, 16};
   return {0, 0};
@@ -197,11 +214,12 @@ inline ClusterLanes cluster_lanes(int64_t groups, int max_packs) {
 // the blocks' sums in distributed shared memory. Calls f(kPacks, kVec,
 // cluster blocks) or returns fallback().
 template <typename T, int kMaxPacks, typename F, typename Fallback>
-cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
+cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback,
+                               bool prefetching_walk = false) {
   constexpr int kVec = Vec16<T>::kSize;
   if (!packable<T>(n, buffers) || !cluster_launch_supported()) return fallback();
   constexpr auto vec = std::integral_constant<int, kVec>{};
-  const ClusterLanes lanes = cluster_lanes(n / kVec, kMaxPacks);
+  const ClusterLanes lanes = cluster_lanes(n / kVec, kMaxPacks, prefetching_walk);
   if (lanes.packs == 4) return f(std::integral_constant<int, 4>{}, vec, lanes.cluster);
   if constexpr (kMaxPacks >= 8)
     if (lanes.packs == 8) return f(std::integral_constant<int, 8>{}, vec, lanes.cluster);
@@ -264,31 +282,27 @@ int resident_clusters(Kernel kernel, int cluster, int threads, size_t shared_byt
   return resident;
 }
 
-// Clusters of at least this many blocks walk their rows where the caller
-// has a walking kernel (one wave of resident clusters, each taking rows k,
-// k + G, ...): launching a cluster per row leaves SMs idle until enough are
-// free in one GPC at once. Measured on the H100 (NOTES.md): rms_norm rows of
-// 262144 bf16 212 -> 186 µs, float32 477 -> 410, layer_norm float32
-// 565 -> 486; clusters of 4 (bf16 65536 wide): layer_norm 220 -> 211,
-// rms_norm 193 -> 190, and of 8 (131072): 228 -> 212, 200 -> 187. Clusters
-// of 2 (bf16 32768) were mixed: layer_norm 3% faster, rms_norm and softmax
-// 1-2% slower.
-constexpr int kWalkClusterMin = 4;
+// Whether clusters of at least kWalkClusterMin walk their rows: not at all,
+// where the walking kernel keeps as many clusters resident as one row a
+// cluster would, or (kPrefetching, with kernels that load their next row
+// during an exchange) always at eight packs a thread, which cluster_lanes
+// then prefers.
+enum class Walks { kNone, kWhereResident, kPrefetching };
 
 // Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
 // of blocks each, as with_block_lanes or with_cluster_lanes pick them.
-// kWalks: kernel_for takes a third argument, std::true_type for the walking
-// kernel that clusters of kWalkClusterMin get (with `walk_bytes_per_pack`
-// of dynamic shared memory per pack a thread holds), std::false_type else.
-// Rows of one block of 16-byte packs get `staged_bytes_per_pack` more per
-// pack a thread holds.
-template <typename T, int kMaxPacks, bool kWalks = false, typename KernelFor, typename Args, typename Fallback>
+// With kWalks, kernel_for takes a third argument: std::true_type for the
+// walking kernel (with `walk_bytes_per_pack` of dynamic shared memory per
+// pack a thread holds), std::false_type else. Rows of one block of 16-byte
+// packs get `staged_bytes_per_pack` more per pack a thread holds.
+template <typename T, int kMaxPacks, Walks kWalks = Walks::kNone, typename KernelFor, typename Args,
+          typename Fallback>
 cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
                                std::initializer_list<const void*> buffers, cudaStream_t stream,
                                KernelFor&& kernel_for, const Args& args, Fallback&& fallback,
                                size_t walk_bytes_per_pack = 0, size_t staged_bytes_per_pack = 0) {
   auto one_row_kernel = [&](auto packs, auto vec) {
-    if constexpr (kWalks) return kernel_for(packs, vec, std::false_type{});
+    if constexpr (kWalks != Walks::kNone) return kernel_for(packs, vec, std::false_type{});
     else return kernel_for(packs, vec);
   };
   auto in_clusters = [&] {
@@ -308,20 +322,23 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
             return std::apply([&](auto... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, args);
           };
           const auto one_row = one_row_kernel(packs, vec);
-          if constexpr (kWalks) {
-            // Only where walking keeps as many clusters resident (the
-            // walking kernel's registers and shared memory may halve them).
+          if constexpr (kWalks != Walks::kNone) {
+            // The walking kernel's registers and shared memory may halve the
+            // clusters resident; a prefetching walk of eight packs runs so
+            // by design (two rows in flight a block).
             if (cluster >= kWalkClusterMin) {
               const auto walking = kernel_for(packs, vec, std::true_type{});
               const size_t shared = walk_bytes_per_pack * decltype(packs)::value;
               const int resident = resident_clusters(walking, cluster, kRowThreadsMax, shared);
-              if (resident > 0 && resident >= resident_clusters(one_row, cluster, kRowThreadsMax, shared_bytes))
+              const bool prefetching = kWalks == Walks::kPrefetching && decltype(packs)::value == 8;
+              if (resident > 0 &&
+                  (prefetching || resident >= resident_clusters(one_row, cluster, kRowThreadsMax, shared_bytes)))
                 return launch(walking, std::min<int64_t>(blocks, resident), shared);
             }
           }
           return launch(one_row, blocks, shared_bytes);
         },
-        fallback);
+        fallback, kWalks == Walks::kPrefetching);
   };
   return with_block_lanes<T>(
       n, buffers,

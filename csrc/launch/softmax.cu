@@ -53,7 +53,7 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // Two-byte rows in clusters walk (bf16 on the H100: (512, 262144) 226 ->
     // 213 µs, (1024, 131072) 208 -> 199); float rows lost walking (131072
     // wide: 355 -> 385).
-    constexpr bool kWalks = sizeof(T) == 2;
+    constexpr Walks kWalks = sizeof(T) == 2 ? Walks::kWhereResident : Walks::kNone;
     return launch_block_lanes<T, 8, kWalks>(
         rows, 0, n, {x, y}, stream,
         [&](auto packs, auto vec, auto... walk) {
