@@ -148,11 +148,11 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           // layer_norm's element-wise rows past 1024 take 512 threads.
           constexpr bool kMayPreload = sizeof(T) == 2 && kPacks <= 4 && !kWalk;
           if constexpr (kMayPreload && !Math::kCentered) {
-            // Except rms_norm's one-row blocks of 512 threads, whose staged
-            // weight is as near without it (H200, bf16 (8192, 16384): 135.8
-            // preloaded, 131.4 not; at 256 threads and fewer preloading ties
-            // or wins: bench/micro/norm_row_variants.cu).
-            if (block_lane_threads(n / kVec) == kRowThreadsMax)
+            // Except rms_norm's one-row blocks of 512 threads of 16-byte
+            // packs, whose staged weight is as near without it (H200, bf16
+            // (8192, 16384): 135.8 preloaded, 131.4 not; at 256 threads and
+            // fewer preloading ties or wins: bench/micro/norm_row_variants.cu).
+            if (kVec == Vec16<T>::kSize && block_lane_threads(n / kVec) == kRowThreadsMax)
               return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false>;
             return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>;
           } else {
