@@ -176,7 +176,7 @@ int main() {
   };
   row("cudaMemcpyAsync", "256 MiB", 0, 0, 0,
       timer.median_us([&] { CHECK(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice)); }));
-  row("strided (probe.cuh's copy)", "256 MiB", 512, 1, per_sm(strided_copy<1>, 512),
+  row("strided, 4 blocks an SM", "256 MiB", 512, 1, per_sm(strided_copy<1>, 512),
       timer.median_us([&] { strided_copy<1><<<sms * 4, 512>>>(in, out, count); }));
   row("strided", "256 MiB", 512, 4, per_sm(strided_copy<4>, 512),
       timer.median_us([&] { strided_copy<4><<<sms * 4, 512>>>(in, out, count); }));

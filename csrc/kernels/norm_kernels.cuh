@@ -196,12 +196,11 @@ constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 // so the launcher would not walk). rms_norm's fit unheld; held, bf16 spilled
 // and ran 25% slower. layer_norm's one-row kernel of four float packs is held
 // to three (its second pass took it from 40 registers to 54 and two blocks).
-// Prefetching walks (kPrefetchingWalk) hold two rows, one block an SM by
-// design: unheld. Every other kernel states no minimum (0: a stated 1
-// changes ptxas's register choices).
+// Walks of eight packs (kPrefetchingWalk among them: two rows, one block an
+// SM by design) are unheld. Every other kernel states no minimum (0: a
+// stated 1 changes ptxas's register choices).
 template <typename T, int kPacks, int kVec, typename Math, bool kWalk>
 constexpr int forward_min_blocks() {
-  if (kWalk && kPrefetchingWalk<T, kPacks>) return 0;
   if (!Math::kCentered || kPacks * sizeof(VecN<T, kVec>) > 64) return 0;
   if (kWalk) return 2;
   return sizeof(T) == 4 && kPacks == 4 ? 3 : 0;
@@ -274,10 +273,12 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     }
   }
   const int64_t row_groups = gridDim.x / cluster_blocks();
+  const auto load_x = [&](int64_t row, Pack(&packs)[kPacks]) {
+    load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + row * a.n), groups, packs);
+  };
   const bool prefetch = kPrefetch && !a.residual;
   Pack ahead[kPacks];
-  if (prefetch && threads.row < a.rows)
-    load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + threads.row * a.n), groups, ahead);
+  if (prefetch && threads.row < a.rows) load_x(threads.row, ahead);
   for (;; threads.row += row_groups) {
     if constexpr (kWalk) {
       if (threads.row >= a.rows) break;
@@ -291,14 +292,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) packs[p] = ahead[p];
     } else {
-      load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, packs);
+      load_x(threads.row, packs);
     }
     bool fetched = false;
     const auto fetch_next = [&] {
       if (!prefetch || fetched) return;
       fetched = true;
       const int64_t next = threads.row + row_groups;
-      if (next < a.rows) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + next * a.n), groups, ahead);
+      if (next < a.rows) load_x(next, ahead);
     };
     if (a.residual) {
       Pack adds[kPacks];
