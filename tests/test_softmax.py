@@ -138,10 +138,14 @@ def test_more_rows_than_one_wave(dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("n, dtype", [(16384, torch.float32), (32768, torch.bfloat16), (65536, torch.float16),
                                       (262144, torch.bfloat16), (262144, torch.float32), (8192, torch.float64),
-                                      (262144, torch.float16), (524288, torch.bfloat16)])
+                                      (262144, torch.float16), (524288, torch.bfloat16), (20000, torch.bfloat16),
+                                      (100000, torch.float32), (131072, torch.float32)])
 def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
-    # to 16 blocks (4 packs a thread, or 8 at 262144 floats and 524288 bf16).
+    # to 16 blocks: the pipelined walk (8 packs a thread, 128 or 256 threads
+    # a block: two-byte rows of 16385-262144, float rows of 16385-131072,
+    # part of a cluster idle at 20000 and 100000), 4 packs a thread at
+    # 16384 floats, 8 at 262144 floats and 524288 bf16.
     rows = 2**23 // n + 3
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
     error_vs_reference(fr.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1))
@@ -219,14 +223,17 @@ def test_wide_rows_whose_blocks_differ(dtype, n):
 
 @requires_cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("rows, n", [(16, 768), (16, 1024), (16, 1600), (16, 8192), (16, 65536), (40, 262144)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("rows, n", [(16, 768), (16, 1024), (16, 1600), (16, 8192), (16, 65536), (40, 262144),
+                                     (40, 20000), (40, 100000)])
 def test_rows_whatever_their_first_value(dtype, rows, n):
-    # Two-byte rows take their exponentials against the row's first value and
-    # sum them in the reduction that finds the maximum, unless the maximum is
-    # over 96 (base 2) above it, the first value is not finite or past 2^24:
-    # then the row again against its maximum. Rows of each kind, in warp
-    # rows, block rows, clusters and (262144) walked clusters.
+    # Two-byte rows, and the pipelined walk's rows (two-byte past 16384,
+    # float 16385-131072), take their exponentials against the row's first
+    # value and sum them in the reduction that finds the maximum, unless the
+    # maximum is over 96 (base 2) above it, the first value is not finite or
+    # past 2^24: then the row again against its maximum. Rows of each kind,
+    # in warp rows, block rows, clusters and walked clusters (20000, 65536,
+    # 100000, 262144; part of a cluster idle at 20000 and 100000).
     x = (torch.randn(rows, n, device="cuda") * 3).to(dtype)
     # The rows' maxima are 9-16 (the largest of 768-262144 draws).
     x[0::8, 0] = -200.0  # the exponentials overflow: the second pass
@@ -234,7 +241,7 @@ def test_rows_whatever_their_first_value(dtype, rows, n):
     x[2::8, 0] = -62.0  # 71-78 below (102-113): the second pass, sums finite
     x[3::8, 0] = 80.0  # the maximum itself, far above the rest
     x[4::8, 0] = float("-inf")
-    x[5::8, 0] = 2.0**25 if dtype == torch.bfloat16 else 6e4  # past 2^24 (bf16)
+    x[5::8, 0] = 6e4 if dtype == torch.float16 else 2.0**25  # past 2^24 (bf16, float32)
     x[6::8, 0] = float("nan")
     ours, theirs = fr.softmax(x, -1), torch.softmax(x, -1)
     nan_rows = torch.arange(rows, device="cuda") % 8 == 6

@@ -13,6 +13,7 @@
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "block_reduce.cuh"
 #include "cluster_exchange.cuh"
@@ -34,6 +35,42 @@ __device__ __forceinline__ A element(const VecN<T, N>& pack, int j) {
   } else {
     return static_cast<A>(pack.elem[j]);
   }
+}
+
+// 16 bytes of two- or four-byte elements held as four 32-bit words, as the
+// pipelined softmax holds two rows' shares: typed as packs of two-byte
+// fields, each loaded word is split into its halves as soon as it lands,
+// which makes every load of the next row wait (NOTES.md). Element j in the
+// accumulator type, and kVec values rounded to T (as static_cast) as words.
+template <typename T>
+__device__ __forceinline__ float word_element(const uint4& words, int j) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "two- or four-byte elements");
+  const uint32_t w[4] = {words.x, words.y, words.z, words.w};
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w[j]);
+  } else {
+    const uint32_t word = w[j / 2];
+    const bool high = j % 2;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(high ? word & 0xffff0000u : word << 16);
+    else return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? word >> 16 : word & 0xffffu)));
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint4 words_of(const float (&v)[16 / sizeof(T)]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (sizeof(T) == 4) {
+      w[k] = __float_as_uint(v[k]);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+      memcpy(&w[k], &pair, sizeof(uint32_t));
+    } else {
+      const __half2 pair = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+      memcpy(&w[k], &pair, sizeof(uint32_t));
+    }
+  }
+  return {w[0], w[1], w[2], w[3]};
 }
 
 // Every element of a pack, as element().

@@ -178,6 +178,108 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   }
 }
 
+// Plain rows of 16-byte packs split over a cluster, walking (cluster k takes
+// rows k, k + G, ...). A block holds its share of a row as the words it read
+// and recomputes each exponential in the output pass, so its share of the
+// next row fits beside it: those loads are issued while the row's sums are
+// in flight between the blocks. H200 (bench/micro/pipelined_softmax), µs,
+// against the kernel above (four packs a thread, whose exchanges other
+// blocks' loads must cover): bf16 (512, 262144) 175.6 -> 148.8, (1024,
+// 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 137.4; float32 (512,
+// 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3. The rare rows the
+// first value cannot shift are read again from memory, a pack at a time:
+// held in registers, their passes tripled the code and cost 10%.
+template <typename T, int kPacks>
+__global__ void __launch_bounds__(kRowThreadsMax)
+    softmax_forward_pipelined_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n,
+                                     opmath_t<T> scale) {
+  static_assert(std::is_same_v<opmath_t<T>, float>, "two- or four-byte elements");
+  constexpr int kVec = Vec16<T>::kSize;
+  using A = float;
+  using Pack = uint4;  // kVec elements as words (word_element)
+  RowThreads<false> threads(rows);
+  const int groups = n / kVec;
+  const int64_t row_groups = gridDim.x / cluster_blocks();
+  const A scale2 = scale * static_cast<A>(kLog2e);
+  Pack packs[kPacks], next[kPacks];
+  load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), groups, packs);
+  for (;;) {
+    // Addresses recomputed each row (as the norm forward's walk).
+    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
+    const int64_t row = threads.row, following = row + row_groups;
+    const Pack* const in = reinterpret_cast<const Pack*>(x + row * n);
+    Pack* const out = reinterpret_cast<Pack*>(y + row * n);
+    // The exponentials against the row's first value, summed in the
+    // reduction that finds its maximum, the next row's loads in flight
+    // during that exchange.
+    const A shift = scale2 * static_cast<A>(x[row * n]);
+    TopAndSum<A> mine = TopAndSumOp<A>::identity();
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+      if (threads.group(p) < groups)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const A e = word_element<T>(packs[p], j);
+          mine.top = max_acc(mine.top, scale2 * e);
+          mine.sum += exp2_acc(scale2 * e - shift);
+        }
+    const TopAndSum<A> total = threads.template allreduce<TopAndSumOp<A>>(mine, [&] {
+      if (following < rows) load_packs(threads, reinterpret_cast<const Pack*>(x + following * n), groups, next);
+    });
+    // The same in every block of the cluster, so all make the same exchanges.
+    if (fma_shift_in_range(shift) && total.top - shift <= A(kShiftedRangeMax)) {
+      const A inv = A(1) / total.sum;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        if (threads.group(p) >= groups) continue;
+        A result[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) result[j] = exp2_acc(scale2 * word_element<T>(packs[p], j) - shift) * inv;
+        out[threads.group(p)] = words_of<T>(result);
+      }
+    } else {
+      // The maximum is over kShiftedRangeMax above the first value, or
+      // either is not finite or past 2^24 (rare): the row again, from
+      // memory, against its maximum (as softmax_forward_lanes_kernel's).
+      const auto for_each = [&](auto&& f) {
+#pragma unroll 1
+        for (int g = threads.rank; g < groups; g += threads.count) {
+          const Pack pack = in[g];
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) f(word_element<T>(pack, j));
+        }
+      };
+      const auto write = [&](auto&& exp_of, A inv) {
+#pragma unroll 1
+        for (int g = threads.rank; g < groups; g += threads.count) {
+          const Pack pack = in[g];
+          A result[kVec];
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) result[j] = exp_of(word_element<T>(pack, j)) * inv;
+          out[g] = words_of<T>(result);
+        }
+      };
+      const bool natural = !fma_shift_in_range(total.top);
+      A top = total.top;
+      if (natural) {
+        top = -std::numeric_limits<A>::infinity();
+        for_each([&](A e) { top = max_acc(top, mul_rn(scale, e)); });
+        top = threads.template allreduce<MaxOp<A>>(top);
+      }
+      const auto exp_of = [&](A e) {
+        return natural ? exp_shifted(mul_rn(scale, e), top) : exp2_acc(scale2 * e - top);
+      };
+      A sum = 0;
+      for_each([&](A e) { sum += exp_of(e); });
+      write(exp_of, A(1) / threads.template allreduce<SumOp<A>>(sum));
+    }
+    if (following >= rows) break;
+    threads.row = following;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) packs[p] = next[p];
+  }
+}
+
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries (kCausal as
 // above), zeros after, with y and dy in registers.
 template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal>

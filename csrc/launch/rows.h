@@ -282,6 +282,23 @@ int resident_clusters(Kernel kernel, int cluster, int threads, size_t shared_byt
   return resident;
 }
 
+// `groups` clusters of `cluster` blocks of `threads`, each with `shared`
+// bytes of dynamic shared memory; `args` are the kernel's arguments.
+template <typename Kernel, typename Args>
+cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int threads, size_t shared,
+                            cudaStream_t stream, const Args& args) {
+  if (const cudaError_t set = allow_clusters(kernel, cluster, shared); set != cudaSuccess) return set;
+  cudaLaunchAttribute attribute = cluster_attribute(cluster);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(groups * cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return std::apply([&](auto... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, args);
+}
+
 // Whether clusters of at least kWalkClusterMin walk their rows: not at all,
 // where the walking kernel keeps as many clusters resident as one row a
 // cluster would, or (kPrefetching, with kernels that load their next row
@@ -310,16 +327,7 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
         n, buffers,
         [&](auto packs, auto vec, int cluster) {
           auto launch = [&](auto kernel, int64_t groups, size_t shared) {
-            if (const cudaError_t set = allow_clusters(kernel, cluster, shared); set != cudaSuccess) return set;
-            cudaLaunchAttribute attribute = cluster_attribute(cluster);
-            cudaLaunchConfig_t config{};
-            config.gridDim = dim3(unsigned(groups * cluster));
-            config.blockDim = dim3(kRowThreadsMax);
-            config.dynamicSmemBytes = shared;
-            config.stream = stream;
-            config.attrs = &attribute;
-            config.numAttrs = 1;
-            return std::apply([&](auto... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, args);
+            return launch_clusters(kernel, groups, cluster, kRowThreadsMax, shared, stream, args);
           };
           const auto one_row = one_row_kernel(packs, vec);
           if constexpr (kWalks != Walks::kNone) {
