@@ -488,14 +488,17 @@ def our_norm(kind, x, r, n, w, b):
 @pytest.mark.parametrize("n, dtype", [(16384, torch.float32), (32768, torch.bfloat16), (65536, torch.float32),
                                       (262144, torch.bfloat16), (262144, torch.float32), (8192, torch.float64),
                                       (524288, torch.bfloat16), (40000, torch.float32), (100000, torch.float32),
-                                      (40000, torch.float64)])
+                                      (40000, torch.float64), (20000, torch.bfloat16), (100000, torch.bfloat16),
+                                      (131072, torch.float32)])
 def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
-    # to 16 blocks (4 packs a thread; 8 for 524288 bf16 and for float and
-    # double rows past 32768 and 16384, which load the next row during each
-    # row's exchange, all but the fused add; 40000 and 100000: rows short of
-    # their clusters' packs), with and without the fused add: outputs, h and
-    # the statistics against torch and a float64 reference.
+    # to 16 blocks: without the fused add, the pipelined walk (8 packs a
+    # thread, 256 threads a block: two-byte rows of 16385-262144, float rows
+    # of 16385-131072); with it, or past those, the lanes kernel (4 packs a
+    # thread; 8 for 524288 bf16 and for float and double rows past 32768 and
+    # 16384, which load the next row during each row's exchange unless they
+    # add); 20000, 40000 and 100000: rows short of their clusters' packs.
+    # Outputs, h and the statistics against torch and a float64 reference.
     rows = 2**23 // n + 3
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
     r = torch.randn(rows, n, device="cuda").to(dtype)
@@ -520,13 +523,13 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
 @pytest.mark.parametrize("params", ["none", "weight", "bias", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n, rows", [(65536, 300), (262144, 35)])
+@pytest.mark.parametrize("n, rows", [(20000, 300), (65536, 300), (262144, 35)])
 def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype, n, rows):
-    # Rows of 65536 and 262144 take clusters of 4-16 blocks, which walk
-    # several rows each (on Hopper: bf16 where that keeps as many clusters
-    # resident, floats always, loading the next row during each exchange)
-    # with the weight and bias they hold in shared memory: every combination
-    # of the two, against torch and a float64 reference.
+    # Rows of 20000-262144 take clusters of 2-16 blocks, which walk several
+    # rows each (on Hopper; the pipelined kernel without the add, the lanes
+    # kernel's walks with it) with the weight and bias they hold in shared
+    # memory: every combination of the two, against torch and a float64
+    # reference.
     if kind.endswith("rms") and params in ("bias", "both"):
         pytest.skip("rms_norm has no bias")
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)

@@ -56,7 +56,8 @@ int main() {
       "copy | of copy | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 32768}, {2048, 65536}, {1024, 131072}, {512, 262144}})
     shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n);
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 16384}, {2048, 32768}, {1024, 65536}, {512, 131072}, {256, 262144}})
+  for (auto [rows, n] :
+       {std::pair<int64_t, int64_t>{4096, 16384}, {2048, 32768}, {1024, 65536}, {512, 131072}, {256, 262144}})
     shape<float>(timer, DType::Float, "float32", rows, n);
   return 0;
 }

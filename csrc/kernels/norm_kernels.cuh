@@ -169,7 +169,9 @@ using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, 
 // (2048, 65536) 298.5 -> 288.7; rms_norm (1024, 131072) 294.5 -> 274.0,
 // (2048, 65536) 283.2 -> 274.3. Two-byte walks of eight packs ran 30-40%
 // slower so (bf16 (512, 262144) rms_norm 153 -> 206 µs) and keep four packs,
-// two blocks an SM, where the other block's loads cover an exchange.
+// two blocks an SM, where the other block's loads cover an exchange. Rows
+// without a residual run norm_forward_pipelined_kernel (below) instead, up to
+// 16 of its 256-thread blocks (131072 floats, 262144 bf16).
 template <typename T, int kPacks>
 constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 
@@ -374,6 +376,91 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       a.rstd[threads.row] = rstd;
     }
     if constexpr (!kWalk) break;
+  }
+}
+
+// Rows of 16-byte packs without a residual, split over a cluster and walking,
+// as softmax_forward_pipelined_kernel: a block holds its share of a row as
+// the words it read and its share of the next row beside them, loaded while
+// the row's sums are in flight between the blocks. Each thread first copies
+// the weight and bias packs it uses into its own slots of dynamic shared
+// memory (WalkWeight slots, kPacks * blockDim.x of each parameter given).
+template <typename T, int kPacks, typename Math>
+__global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(NormForwardArgs<T> a) {
+  static_assert(std::is_same_v<opmath_t<T>, float>, "two- or four-byte elements");
+  constexpr bool kCentered = Math::kCentered;
+  constexpr int kVec = Vec16<T>::kSize;
+  using A = float;
+  using Pack = Vec16<T>;
+  using Words = uint4;  // a pack held as words (word_element)
+  using WeightSlot = WalkWeight<T, kVec, Math>;
+  RowThreads<false> threads(a.rows);
+  const int n = static_cast<int>(a.n), groups = n / kVec;
+  WeightSlot* const weight_slots = reinterpret_cast<WeightSlot*>(row_cache<T>(0, 0));
+  Pack* const bias_slots = reinterpret_cast<Pack*>(weight_slots + (a.weight ? kPacks * blockDim.x : 0));
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (threads.group(p) >= groups) continue;
+    if (a.weight) {
+      const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+      WeightSlot slot;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
+      weight_slots[threads.local(p)] = slot;
+    }
+    if (kCentered && a.bias) bias_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+  }
+  const int64_t row_groups = gridDim.x / cluster_blocks();
+  Words packs[kPacks], next[kPacks];
+  load_packs(threads, reinterpret_cast<const Words*>(a.x + threads.row * a.n), groups, packs);
+  for (;;) {
+    // Addresses recomputed each row (as the lanes kernel's walk).
+    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
+    const int64_t row = threads.row, following = row + row_groups, offset = row * a.n;
+    bool fetched = false;
+    const auto fetch_next = [&] {
+      if (fetched) return;
+      fetched = true;
+      if (following < a.rows)
+        load_packs(threads, reinterpret_cast<const Words*>(a.x + following * a.n), groups, next);
+    };
+    // The row's first value as the shift (row_variance).
+    const A shift = kCentered ? static_cast<A>(a.x[offset]) : A(0);
+    A mean;
+    const A rstd = row_rstd<kCentered>(
+        n, a.eps, shift,
+        [&](auto f) {
+#pragma unroll
+          for (int p = 0; p < kPacks; ++p)
+            if (threads.group(p) < groups)
+#pragma unroll
+              for (int j = 0; j < kVec; ++j) f(word_element<T>(packs[p], j));
+        },
+        [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v, fetch_next); }, mean);
+    const RowNormalizer<T, A> normalize(mean, rstd);
+    Words* const out = reinterpret_cast<Words*>(a.y + offset);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if (threads.group(p) >= groups) continue;
+      const WeightSlot w = a.weight ? weight_slots[threads.local(p)] : WeightSlot{};
+      const Pack b = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
+      A result[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const A scale = a.weight ? static_cast<A>(w.elem[j]) : A(1);
+        const A shift_j = kCentered && a.bias ? static_cast<A>(b.elem[j]) : A(0);
+        result[j] = normalize(word_element<T>(packs[p], j)) * scale + shift_j;
+      }
+      out[threads.group(p)] = words_of<T>(result);
+    }
+    if (threads.rank == 0) {
+      if constexpr (kCentered) a.mean[row] = mean;
+      a.rstd[row] = rstd;
+    }
+    if (following >= a.rows) break;
+    threads.row = following;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) packs[p] = next[p];
   }
 }
 

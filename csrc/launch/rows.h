@@ -299,6 +299,41 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
   return std::apply([&](auto... a) { return cudaLaunchKernelEx(&config, kernel, a...); }, args);
 }
 
+// Rows past one block's registers (over kRowThreadsMax * 4 packs) of 16-byte
+// packs run in the pipelined kernels (softmax_forward_pipelined_kernel,
+// norm_forward_pipelined_kernel) where clusters exist: eight packs a thread
+// held as words, in 256-thread blocks (two an SM), in the smallest cluster
+// that holds the row, one wave of resident clusters walking the rows. The
+// cluster, or 0 where they do not apply: float rows that 2 blocks would hold
+// (up to 16384 floats: softmax ran faster in the four-pack kernel, H200
+// 129.4 against 140.1 µs, and 4 blocks half idle took layer_norm (8192,
+// 16384) from 275.5 to 353.9), rows past 16 blocks, where 512-thread blocks
+// were no faster (float32 (256, 262144): softmax 144.3 against 150.9 µs,
+// layer_norm 156.5 against 159.2), and elements of eight bytes.
+constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
+template <typename T>
+int pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers) {
+  constexpr int kVec = Vec16<T>::kSize;
+  const int64_t groups = n / kVec;
+  if (sizeof(T) > 4 || groups <= int64_t(kRowThreadsMax) * 4 || !packable<T>(n, buffers) ||
+      !cluster_launch_supported())
+    return 0;
+  for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2)
+    if (groups <= int64_t(cluster) * kPipelinedThreads * kPipelinedPacks)
+      return sizeof(T) == 2 || cluster > 2 ? cluster : 0;
+  return 0;
+}
+
+// A pipelined kernel in clusters of `cluster` blocks with `shared` bytes of
+// dynamic shared memory each, as many clusters as run at once.
+template <typename Kernel, typename Args>
+cudaError_t launch_pipelined(Kernel kernel, int64_t rows, int cluster, size_t shared, cudaStream_t stream,
+                             const Args& args) {
+  const int resident = resident_clusters(kernel, cluster, kPipelinedThreads, shared);
+  const int64_t groups = resident > 0 ? std::min<int64_t>(rows, resident) : rows;
+  return launch_clusters(kernel, groups, cluster, kPipelinedThreads, shared, stream, args);
+}
+
 // Whether clusters of at least kWalkClusterMin walk their rows: not at all,
 // where the walking kernel keeps as many clusters resident as one row a
 // cluster would, or (kPrefetching, with kernels that load their next row

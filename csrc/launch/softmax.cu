@@ -24,38 +24,6 @@ auto backward_lanes(int64_t causal) {
                 : softmax_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, false>;
 }
 
-// Plain rows past one block's registers (16384 bf16, 8192 floats) of
-// 16-byte packs, where clusters exist: softmax_forward_pipelined_kernel at
-// eight packs a thread, in the smallest cluster of 4 to 16 blocks of 256
-// threads (two an SM) that holds the row; two-byte rows that 2 such blocks
-// would hold take 4 of 128 threads. {0, 0} elsewhere: float rows of 16384
-// ran faster unpipelined (H200: 129.4 against 133.2-140.1 µs), and rows
-// past 16 blocks of 256 threads (float 262144: 144.3 against 150.9 in
-// 512-thread blocks) keep the kernel above. A wave of resident clusters
-// walks the rows.
-constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
-struct PipelinedLanes {
-  int threads, cluster;
-};
-template <typename T>
-PipelinedLanes pipelined_lanes(int64_t groups) {
-  const int64_t block = int64_t(kPipelinedThreads) * kPipelinedPacks;
-  if (groups <= 2 * block) return sizeof(T) == 2 ? PipelinedLanes{kPipelinedThreads / 2, 4} : PipelinedLanes{0, 0};
-  for (int cluster = 4; cluster <= kClusterBlocksMax; cluster *= 2)
-    if (groups <= cluster * block) return {kPipelinedThreads, cluster};
-  return {0, 0};
-}
-
-template <typename T>
-cudaError_t launch_pipelined_rows(PipelinedLanes lanes, int64_t rows, cudaStream_t stream, const T* x, T* y, int n,
-                                  opmath_t<T> scale) {
-  const auto kernel = softmax_forward_pipelined_kernel<T, kPipelinedPacks>;
-  const int resident = resident_clusters(kernel, lanes.cluster, lanes.threads, 0);
-  const int64_t groups = resident > 0 ? std::min<int64_t>(rows, resident) : rows;
-  return launch_clusters(kernel, groups, lanes.cluster, lanes.threads, 0, stream,
-                         std::make_tuple(x, y, rows, n, scale));
-}
-
 }  // namespace
 
 cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffers& io, cudaStream_t stream) {
@@ -82,13 +50,15 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
         return launch_warp_rows(softmax_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, false>,
                                 rows, stream, row_args);
       });
-    if constexpr (sizeof(T) <= 4) {
-      constexpr int kVec = Vec16<T>::kSize;
-      if (!causal && n > int64_t(kRowThreadsMax) * 4 * kVec && packable<T>(n, {x, y}) && cluster_launch_supported())
-        if (const PipelinedLanes lanes = pipelined_lanes<T>(n / kVec); lanes.cluster)
-          return launch_pipelined_rows<T>(lanes, rows, stream, static_cast<const T*>(x), static_cast<T*>(y),
-                                          static_cast<int>(n), static_cast<A>(scale));
-    }
+    // Plain rows past one block: the pipelined kernel (rows.h). H200, µs,
+    // against the four-pack kernel: bf16 (512, 262144) 175.6 -> 148.8,
+    // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32
+    // (512, 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3.
+    if constexpr (sizeof(T) <= 4)
+      if (const int cluster = causal ? 0 : pipelined_cluster<T>(n, {x, y}))
+        return launch_pipelined(
+            softmax_forward_pipelined_kernel<T, kPipelinedPacks>, rows, cluster, 0, stream,
+            std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(scale))));
     // The other two-byte rows in clusters (causal, or past 262144) walk
     // where as many clusters stay resident (plain bf16 rows on the H100,
     // before the pipelined kernel: (512, 262144) 226 -> 213 µs, (1024,
