@@ -27,7 +27,7 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   CHECK(cudaMalloc(&copy_out, buffers.bytes()));
   const float copy = timer.copy_us(copy_in, copy_out, buffers.bytes());
   const float launcher = timer.median_us([&] { CHECK(norm_forward(norm, io, 1e-5, nullptr)); });
-  std::vector<T> launcher_y(rows * n), ours(rows * n);
+  std::vector<T> launcher_y(rows * n);
   CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
   const auto kernel = norm_forward_pipelined_kernel<T, kPacks, Math>;
   const size_t slot_bytes = sizeof(WalkWeight<T, kVec, Math>) + (Math::kCentered ? sizeof(Vec16<T>) : 0);
@@ -41,10 +41,7 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
       CHECK(rows::launch_clusters(kernel, std::min<int64_t>(rows, resident), int(cluster), threads, shared, nullptr,
                                   std::make_tuple(a)));
     });
-    CHECK(cudaMemcpy(ours.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
-    float worst = 0;
-    for (int64_t i = 0; i < rows * n; ++i)
-      worst = std::max(worst, std::fabs(float(ours[i]) - float(launcher_y[i])));
+    const float worst = largest_difference(a.y, launcher_y);
     std::printf("| %s | %s | (%lld, %lld) | %d x %d | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n",
                 Math::kCentered ? "layer_norm" : "rms_norm", name, (long long)rows, (long long)n, threads, kPacks,
                 (long long)cluster, resident, copy, launcher, us, copy / launcher, copy / us, worst);

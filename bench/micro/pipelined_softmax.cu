@@ -25,7 +25,7 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   const SoftmaxShape softmax{dtype, rows, n, /*causal=*/0, /*scale=*/1.0, "probe"};
   const SoftmaxForwardBuffers io{x, y};
   const float launcher = timer.median_us([&] { CHECK(softmax_forward(softmax, io, nullptr)); });
-  std::vector<T> launcher_y(rows * n), ours(rows * n);
+  std::vector<T> launcher_y(rows * n);
   CHECK(cudaMemcpy(launcher_y.data(), y, rows * n * sizeof(T), cudaMemcpyDeviceToHost));
   const auto kernel = softmax_forward_pipelined_kernel<T, kPacks>;
   for (int threads : {64, 128, 256, 512}) {
@@ -37,10 +37,7 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
     const float us = timer.median_us([&] {
       CHECK(rows::launch_clusters(kernel, std::min<int64_t>(rows, resident), int(cluster), threads, 0, nullptr, args));
     });
-    CHECK(cudaMemcpy(ours.data(), y, rows * n * sizeof(T), cudaMemcpyDeviceToHost));
-    float worst = 0;
-    for (int64_t i = 0; i < rows * n; ++i)
-      worst = std::max(worst, std::fabs(float(ours[i]) - float(launcher_y[i])));
+    const float worst = largest_difference(y, launcher_y);
     std::printf("| %s | (%lld, %lld) | %d x %d | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n", name,
                 (long long)rows, (long long)n, threads, kPacks, (long long)cluster, resident, copy, launcher, us,
                 copy / launcher, copy / us, worst);

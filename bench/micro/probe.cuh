@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,17 @@
       std::exit(1);                                                             \
     }                                                                           \
   } while (0)
+
+// The largest |a - b| between a device buffer and a host copy of the same
+// length (outputs of two kernels that should agree).
+template <typename T>
+float largest_difference(const T* device, const std::vector<T>& host) {
+  std::vector<T> copy(host.size());
+  CHECK(cudaMemcpy(copy.data(), device, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  float worst = 0;
+  for (size_t i = 0; i < host.size(); ++i) worst = std::max(worst, std::fabs(float(copy[i]) - float(host[i])));
+  return worst;
+}
 
 // data[i] in [low, low + span), a hash of i and seed.
 template <typename T>

@@ -162,6 +162,38 @@ constexpr bool kStagesWeight = !Math::kCentered && sizeof(T) == 2;
 template <typename T, int kVec, typename Math>
 using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, VecN<T, kVec>>;
 
+// A walking kernel's parameters: each thread copies the weight and bias
+// packs it uses into its own slots of dynamic shared memory once
+// (kPacks * blockDim.x slots of each parameter given, the weight's first),
+// and every row reads them there.
+template <typename T, int kVec, typename Math>
+struct WalkSlots {
+  WalkWeight<T, kVec, Math>* weight;
+  VecN<T, kVec>* bias;
+};
+template <int kPacks, int kVec, typename Math, typename T, bool kWarpRows>
+__device__ __forceinline__ WalkSlots<T, kVec, Math> copy_to_walk_slots(const NormForwardArgs<T>& a,
+                                                                        const RowThreads<kWarpRows>& threads,
+                                                                        int groups) {
+  using Pack = VecN<T, kVec>;
+  using WeightSlot = WalkWeight<T, kVec, Math>;
+  WeightSlot* const weight = reinterpret_cast<WeightSlot*>(row_cache<T>(0, 0));
+  Pack* const bias = reinterpret_cast<Pack*>(weight + (a.weight ? kPacks * blockDim.x : 0));
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (threads.group(p) >= groups) continue;
+    if (a.weight) {
+      const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+      WeightSlot slot;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
+      weight[threads.local(p)] = slot;
+    }
+    if (Math::kCentered && a.bias) bias[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+  }
+  return {weight, bias};
+}
+
 // Walking kernels of eight packs of four- or eight-byte elements load their
 // next row during each row's exchange (norm_forward_lanes_kernel), taking two
 // rows' registers, one block an SM. H200, float32 (bench/micro/norm_forward):
@@ -240,23 +272,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
   using WeightSlot = WalkWeight<T, kVec, Math>;
-  WeightSlot* const weight_slots = kWalk ? reinterpret_cast<WeightSlot*>(row_cache<T>(0, 0)) : nullptr;
-  Pack* const bias_slots =
-      kWalk ? reinterpret_cast<Pack*>(weight_slots + (a.weight ? kPacks * blockDim.x : 0)) : nullptr;
-  if constexpr (kWalk) {
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      if (threads.group(p) >= groups) continue;
-      if (a.weight) {
-        const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
-        WeightSlot slot;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
-        weight_slots[threads.local(p)] = slot;
-      }
-      if (kCentered && a.bias) bias_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
-    }
-  }
+  WalkSlots<T, kVec, Math> slots{};
+  if constexpr (kWalk) slots = copy_to_walk_slots<kPacks, kVec, Math>(a, threads, groups);
   // rms_norm's two-byte one-row blocks copy their weight packs into shared
   // memory as the row loads, where the launcher gives them room (single
   // blocks, not clusters): read after the reduction, they no longer wait on
@@ -357,8 +374,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         // Whole slots either way: assigned only where a parameter is given,
         // they stay live from row to row (layer_norm bf16: 97 registers, not
         // 64). The one-row kernels do not loop, and run 1-3% slower so.
-        walk_weight = a.weight ? weight_slots[threads.local(p)] : WeightSlot{};
-        shifts[p] = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
+        walk_weight = a.weight ? slots.weight[threads.local(p)] : WeightSlot{};
+        shifts[p] = kCentered && a.bias ? slots.bias[threads.local(p)] : Pack{};
       } else if constexpr (kLateParams && !kPreload) {
         load_params(p);
       }
@@ -382,9 +399,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
 // Rows of 16-byte packs without a residual, split over a cluster and walking,
 // as softmax_forward_pipelined_kernel: a block holds its share of a row as
 // the words it read and its share of the next row beside them, loaded while
-// the row's sums are in flight between the blocks. Each thread first copies
-// the weight and bias packs it uses into its own slots of dynamic shared
-// memory (WalkWeight slots, kPacks * blockDim.x of each parameter given).
+// the row's sums are in flight between the blocks. The parameters come from
+// shared memory (copy_to_walk_slots), as the lanes kernel's walk's.
 template <typename T, int kPacks, typename Math>
 __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(NormForwardArgs<T> a) {
   static_assert(std::is_same_v<opmath_t<T>, float>, "two- or four-byte elements");
@@ -396,20 +412,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
   using WeightSlot = WalkWeight<T, kVec, Math>;
   RowThreads<false> threads(a.rows);
   const int n = static_cast<int>(a.n), groups = n / kVec;
-  WeightSlot* const weight_slots = reinterpret_cast<WeightSlot*>(row_cache<T>(0, 0));
-  Pack* const bias_slots = reinterpret_cast<Pack*>(weight_slots + (a.weight ? kPacks * blockDim.x : 0));
-#pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    if (threads.group(p) >= groups) continue;
-    if (a.weight) {
-      const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
-      WeightSlot slot;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
-      weight_slots[threads.local(p)] = slot;
-    }
-    if (kCentered && a.bias) bias_slots[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
-  }
+  const WalkSlots<T, kVec, Math> slots = copy_to_walk_slots<kPacks, kVec, Math>(a, threads, groups);
   const int64_t row_groups = gridDim.x / cluster_blocks();
   Words packs[kPacks], next[kPacks];
   load_packs(threads, reinterpret_cast<const Words*>(a.x + threads.row * a.n), groups, packs);
@@ -442,8 +445,8 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
-      const WeightSlot w = a.weight ? weight_slots[threads.local(p)] : WeightSlot{};
-      const Pack b = kCentered && a.bias ? bias_slots[threads.local(p)] : Pack{};
+      const WeightSlot w = a.weight ? slots.weight[threads.local(p)] : WeightSlot{};
+      const Pack b = kCentered && a.bias ? slots.bias[threads.local(p)] : Pack{};
       A result[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
