@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 // in flight between the blocks. H200 (bench/micro/pipelined_softmax), µs,
 // against the kernel above (four packs a thread, whose exchanges other
 // blocks' loads must cover): bf16 (512, 262144) 175.6 -> 148.8, (1024,
-// 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 137.4; float32 (512,
+// 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32 (512,
 // 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3. The rare rows the
 // first value cannot shift are read again from memory, a pack at a time:
 // held in registers, their passes tripled the code and cost 10%.
