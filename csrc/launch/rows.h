@@ -195,10 +195,10 @@ constexpr int kWalkClusterMin = 4;
 // smallest cluster that holds the row at 4 packs a thread (two blocks fit an
 // SM), else 16 blocks of 8 packs (16 spill) where max_packs allows; {0, 0}
 // where neither holds it. Walks that load their next row during an exchange
-// (`prefetching_walk`: the norm forward's float rows) take 8 packs wherever
-// that still makes a walking cluster: one block an SM with two rows in
-// flight ran faster than two blocks with one (kPrefetchingWalk in
-// norm_kernels.cuh has the numbers).
+// (`prefetching_walk`: the norm forward's float and double rows that the
+// pipelined kernel does not take) take 8 packs wherever that still makes a
+// walking cluster: one block an SM with two rows in flight ran faster than
+// two blocks with one (kPrefetchingWalk in norm_kernels.cuh has the numbers).
 struct ClusterLanes {
   int packs, cluster;
 };
