@@ -154,11 +154,12 @@ def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 65536, 65537, 262144])
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 20000, 65536, 65537, 100000, 262144])
 def test_long_rows(dtype, n):
     # Rows past 1024 run one block per row with the row in registers, a
     # cluster of blocks or the shared-memory kernels beyond (as layer_norm's,
-    # test_norms.py).
+    # test_norms.py); two-byte backwards past 16384 the pipelined walk
+    # (20000 and 100000: part of a cluster idle; 262144: 512-thread blocks).
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     g = torch.randn(6, n, device="cuda")
 

@@ -1,10 +1,9 @@
-// Whether the softmax backward of wide rows split over clusters gains from
-// the pipelined walk of the forward (softmax_forward_pipelined_kernel): a
-// block holds its shares of y and dy as words, and loads its shares of the
-// next row's while the row's dot product is in flight between the blocks.
-// Against the launcher (a cluster per row, 512 threads of four packs) and a
-// copy of the same traffic (y and dy read, dx written); dx checked against
-// the launcher's.
+// The softmax backward of wide rows split over clusters: the launcher against
+// softmax_backward_pipelined_kernel (y and dy held as words, the next row's
+// loaded during the dot product's exchange) in each block size and cluster
+// that holds the row exactly, at four and eight packs a thread, and a copy
+// of the same traffic (y and dy read, dx written); dx checked against the
+// launcher's. The launcher takes the pipelined kernel for two-byte rows only.
 // bash bench/micro/run.sh pipelined_softmax_backward
 #include <cuda_bf16.h>
 
@@ -16,52 +15,10 @@
 using namespace fastreduce;
 
 template <typename T, int kPacks>
-__global__ void __launch_bounds__(kRowThreadsMax)
-    softmax_backward_pipelined(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx, int64_t rows,
-                               int n, float scale) {
-  constexpr int kVec = Vec16<T>::kSize;
-  RowThreads<false> threads(rows);
-  const int groups = n / kVec;
-  const int64_t row_groups = gridDim.x / cluster_blocks();
-  uint4 ys[kPacks], gs[kPacks], next_ys[kPacks], next_gs[kPacks];
-  const auto load = [&](int64_t row, uint4(&y_words)[kPacks], uint4(&g_words)[kPacks]) {
-    load_packs(threads, reinterpret_cast<const uint4*>(y + row * n), groups, y_words);
-    load_packs(threads, reinterpret_cast<const uint4*>(dy + row * n), groups, g_words);
-  };
-  load(threads.row, ys, gs);
-  for (;;) {
-    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
-    const int64_t row = threads.row, following = row + row_groups;
-    float dot = 0;  // packs past the row are zeros
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) dot += word_element<T>(ys[p], j) * word_element<T>(gs[p], j);
-    dot = threads.template allreduce<SumOp<float>>(dot, [&] {
-      if (following < rows) load(following, next_ys, next_gs);
-    });
-    uint4* const out = reinterpret_cast<uint4*>(dx + row * n);
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      if (threads.group(p) >= groups) continue;
-      float result[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        result[j] = scale * word_element<T>(ys[p], j) * (word_element<T>(gs[p], j) - dot);
-      out[threads.group(p)] = words_of<T>(result);
-    }
-    if (following >= rows) break;
-    threads.row = following;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) ys[p] = next_ys[p], gs[p] = next_gs[p];
-  }
-}
-
-template <typename T, int kPacks>
 void run(Timer& timer, const char* name, const T* dy, const T* y, T* dx, int64_t rows, int64_t n, float copy,
          float launcher, const std::vector<T>& launcher_dx) {
   constexpr int kVec = Vec16<T>::kSize;
-  const auto kernel = softmax_backward_pipelined<T, kPacks>;
+  const auto kernel = softmax_backward_pipelined_kernel<T, kPacks>;
   for (int threads : {128, 256, 512}) {
     const int64_t cluster = n / kVec / kPacks / threads;
     if (cluster < 2 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;

@@ -319,6 +319,58 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   }
 }
 
+// The backward of plain rows of 16-byte packs split over a cluster, walking,
+// as softmax_forward_pipelined_kernel: a block holds its shares of y and dy
+// as the words it read and loads its shares of the next row's while the
+// row's dot product is in flight between the blocks. Four packs of each a
+// thread (eight spilled). H200, bf16 (bench/micro/pipelined_softmax_backward),
+// against the lanes kernel above in a cluster per row: (2048, 65536) 234.6
+// -> 187.0 µs, (512, 262144) 264.8 -> 201.2; a copy of the same traffic 188.
+template <typename T, int kPacks>
+__global__ void __launch_bounds__(kRowThreadsMax)
+    softmax_backward_pipelined_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
+                                      int64_t rows, int n, opmath_t<T> scale) {
+  static_assert(std::is_same_v<opmath_t<T>, float>, "two- or four-byte elements");
+  constexpr int kVec = Vec16<T>::kSize;
+  using A = float;
+  using Words = uint4;  // a pack held as words (word_element)
+  RowThreads<false> threads(rows);
+  const int groups = n / kVec;
+  const int64_t row_groups = gridDim.x / cluster_blocks();
+  Words ys[kPacks], gs[kPacks], next_ys[kPacks], next_gs[kPacks];
+  const auto load = [&](int64_t row, Words(&y_words)[kPacks], Words(&g_words)[kPacks]) {
+    load_packs(threads, reinterpret_cast<const Words*>(y + row * n), groups, y_words);
+    load_packs(threads, reinterpret_cast<const Words*>(dy + row * n), groups, g_words);
+  };
+  load(threads.row, ys, gs);
+  for (;;) {
+    // Addresses recomputed each row (as the norm forward's walk).
+    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
+    const int64_t row = threads.row, following = row + row_groups;
+    A dot = 0;  // packs past the row are zeros
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) dot += word_element<T>(ys[p], j) * word_element<T>(gs[p], j);
+    dot = threads.template allreduce<SumOp<A>>(dot, [&] {
+      if (following < rows) load(following, next_ys, next_gs);
+    });
+    Words* const out = reinterpret_cast<Words*>(dx + row * n);
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if (threads.group(p) >= groups) continue;
+      A result[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) result[j] = scale * word_element<T>(ys[p], j) * (word_element<T>(gs[p], j) - dot);
+      out[threads.group(p)] = words_of<T>(result);
+    }
+    if (following >= rows) break;
+    threads.row = following;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) ys[p] = next_ys[p], gs[p] = next_gs[p];
+  }
+}
+
 // Causal rows of up to 1024, staged in the warp's slice of shared memory:
 // a row in registers leaves the lanes past its diagonal idle, staging keeps
 // more rows in flight per SM (bf16 (64, 1024, 1024): 73 against 101 µs).

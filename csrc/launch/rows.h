@@ -324,14 +324,15 @@ int pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers) {
   return 0;
 }
 
-// A pipelined kernel in clusters of `cluster` blocks with `shared` bytes of
-// dynamic shared memory each, as many clusters as run at once.
+// A pipelined kernel in clusters of `cluster` blocks of `threads` with
+// `shared` bytes of dynamic shared memory each, as many clusters as run at
+// once.
 template <typename Kernel, typename Args>
 cudaError_t launch_pipelined(Kernel kernel, int64_t rows, int cluster, size_t shared, cudaStream_t stream,
-                             const Args& args) {
-  const int resident = resident_clusters(kernel, cluster, kPipelinedThreads, shared);
+                             const Args& args, int threads = kPipelinedThreads) {
+  const int resident = resident_clusters(kernel, cluster, threads, shared);
   const int64_t groups = resident > 0 ? std::min<int64_t>(rows, resident) : rows;
-  return launch_clusters(kernel, groups, cluster, kPipelinedThreads, shared, stream, args);
+  return launch_clusters(kernel, groups, cluster, threads, shared, stream, args);
 }
 
 // Whether clusters of at least kWalkClusterMin walk their rows: not at all,
