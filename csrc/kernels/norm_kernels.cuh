@@ -37,16 +37,22 @@ struct NormBackwardArgs : NormBackwardBuffers<T, opmath_t<T>> {
 // A row's rstd (and mean, 0 for rms_norm) from the values this thread holds
 // (for_each), `shift` common to the row (row_variance), summed over the row's
 // threads by row_sum.
-template <bool kCentered, typename A, typename ForEach, typename RowSum>
-__device__ __forceinline__ A row_rstd(int64_t n, A eps, A shift, ForEach&& for_each, RowSum&& row_sum, A& mean) {
+template <bool kCentered, typename A, typename ForEach, typename RowSum, typename Again>
+__device__ __forceinline__ A row_rstd(int64_t n, A eps, A shift, ForEach&& for_each, RowSum&& row_sum, A& mean,
+                                      Again&& again) {
   if constexpr (kCentered) {
-    return rsqrt_acc(row_variance(shift, A(LayerNormMath::kShiftedSpreadMax), n, for_each, row_sum, mean) + eps);
+    return rsqrt_acc(
+        row_variance(shift, A(LayerNormMath::kShiftedSpreadMax), n, for_each, row_sum, mean, again) + eps);
   } else {
     A squares = 0;
     for_each([&](A v) { squares += v * v; });
     mean = 0;
     return rsqrt_acc(row_sum(squares) / static_cast<A>(n) + eps);
   }
+}
+template <bool kCentered, typename A, typename ForEach, typename RowSum>
+__device__ __forceinline__ A row_rstd(int64_t n, A eps, A shift, ForEach&& for_each, RowSum&& row_sum, A& mean) {
+  return row_rstd<kCentered>(n, eps, shift, for_each, row_sum, mean, for_each);
 }
 
 template <bool kCentered, typename A>
@@ -165,31 +171,38 @@ using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, 
 // A walking kernel's parameters: each thread copies the weight and bias
 // packs it uses into its own slots of dynamic shared memory once
 // (kPacks * blockDim.x slots of each parameter given, the weight's first),
-// and every row reads them there.
+// and every row reads them there. kAlways: slots for both parameters
+// whether given or not, filled with ones and zeros where not, so the output
+// pass is one straight line for every combination.
 template <typename T, int kVec, typename Math>
 struct WalkSlots {
   WalkWeight<T, kVec, Math>* weight;
   VecN<T, kVec>* bias;
 };
-template <int kPacks, int kVec, typename Math, typename T, bool kWarpRows>
+template <int kPacks, int kVec, typename Math, bool kAlways = false, typename T, bool kWarpRows>
 __device__ __forceinline__ WalkSlots<T, kVec, Math> copy_to_walk_slots(const NormForwardArgs<T>& a,
                                                                         const RowThreads<kWarpRows>& threads,
                                                                         int groups) {
   using Pack = VecN<T, kVec>;
   using WeightSlot = WalkWeight<T, kVec, Math>;
   WeightSlot* const weight = reinterpret_cast<WeightSlot*>(row_cache<T>(0, 0));
-  Pack* const bias = reinterpret_cast<Pack*>(weight + (a.weight ? kPacks * blockDim.x : 0));
+  Pack* const bias = reinterpret_cast<Pack*>(weight + (kAlways || a.weight ? kPacks * blockDim.x : 0));
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     if (threads.group(p) >= groups) continue;
-    if (a.weight) {
-      const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+    if (kAlways || a.weight) {
       WeightSlot slot;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
+      for (int j = 0; j < kVec; ++j) slot.elem[j] = static_cast<std::decay_t<decltype(slot.elem[j])>>(1.0f);
+      if (a.weight) {
+        const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
+      }
       weight[threads.local(p)] = slot;
     }
-    if (Math::kCentered && a.bias) bias[threads.local(p)] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+    if (Math::kCentered && (kAlways || a.bias))
+      bias[threads.local(p)] = a.bias ? reinterpret_cast<const Pack*>(a.bias)[threads.group(p)] : Pack{};
   }
   return {weight, bias};
 }
@@ -412,7 +425,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
   using WeightSlot = WalkWeight<T, kVec, Math>;
   RowThreads<false> threads(a.rows);
   const int n = static_cast<int>(a.n), groups = n / kVec;
-  const WalkSlots<T, kVec, Math> slots = copy_to_walk_slots<kPacks, kVec, Math>(a, threads, groups);
+  const WalkSlots<T, kVec, Math> slots = copy_to_walk_slots<kPacks, kVec, Math, true>(a, threads, groups);
   const int64_t row_groups = gridDim.x / cluster_blocks();
   Words packs[kPacks], next[kPacks];
   load_packs(threads, reinterpret_cast<const Words*>(a.x + threads.row * a.n), groups, packs);
@@ -439,20 +452,27 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
 #pragma unroll
               for (int j = 0; j < kVec; ++j) f(word_element<T>(packs[p], j));
         },
-        [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v, fetch_next); }, mean);
+        [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v, fetch_next); }, mean,
+        [&](auto f) {  // layer_norm's rare second pass, from memory a pack at a time
+#pragma unroll 1
+          for (int g = threads.rank; g < groups; g += threads.count) {
+            const Words words = reinterpret_cast<const Words*>(a.x + offset)[g];
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) f(word_element<T>(words, j));
+          }
+        });
     const RowNormalizer<T, A> normalize(mean, rstd);
     Words* const out = reinterpret_cast<Words*>(a.y + offset);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
-      const WeightSlot w = a.weight ? slots.weight[threads.local(p)] : WeightSlot{};
-      const Pack b = kCentered && a.bias ? slots.bias[threads.local(p)] : Pack{};
+      const WeightSlot w = slots.weight[threads.local(p)];
+      const Pack b = kCentered ? slots.bias[threads.local(p)] : Pack{};
       A result[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const A scale = a.weight ? static_cast<A>(w.elem[j]) : A(1);
-        const A shift_j = kCentered && a.bias ? static_cast<A>(b.elem[j]) : A(0);
-        result[j] = normalize(word_element<T>(packs[p], j)) * scale + shift_j;
+        const A v = normalize(word_element<T>(packs[p], j)) * static_cast<A>(w.elem[j]);
+        result[j] = kCentered ? v + static_cast<A>(b.elem[j]) : v;
       }
       out[threads.group(p)] = words_of<T>(result);
     }

@@ -77,9 +77,11 @@ struct Deviations {
 // finite) a second pass over the deviations from that mean, corrected by
 // their sum (Chan, Golub and LeVeque): no cancellation against a mean far
 // from the shift, and none from the rounding of the first pass's mean.
-template <typename A, typename ForEach, typename RowSum>
+// `again` makes the second pass (for_each unless given): a kernel may take
+// that rare pass from memory rather than keep its code beside the first.
+template <typename A, typename ForEach, typename RowSum, typename Again>
 __device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForEach&& for_each, RowSum&& row_sum,
-                                          A& mean) {
+                                          A& mean, Again&& again) {
   const A count = static_cast<A>(n);
   Deviations<A> from_shift(0);
   for_each([&](A v) { from_shift.add(v - shift); });
@@ -89,7 +91,7 @@ __device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForE
   const A variance = shifted.squares / count - offset * offset;
   if (offset * offset <= spread_max * variance) return variance;  // false for NaN
   Deviations<A> from_mean(0);
-  for_each([&](A v) { from_mean.add(v - mean); });
+  again([&](A v) { from_mean.add(v - mean); });
   const Deviations<A> row = row_sum(from_mean);
   const A correction = row.sum / count;
   if (!isfinite(correction)) return row.squares / count;
@@ -99,6 +101,11 @@ __device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForE
   // would make rstd 1 / sqrt(eps).
   if (isinf(row.squares)) return row.squares;
   return max(row.squares / count - correction * correction, A(0));
+}
+template <typename A, typename ForEach, typename RowSum>
+__device__ __forceinline__ A row_variance(A shift, A spread_max, int64_t n, ForEach&& for_each, RowSum&& row_sum,
+                                          A& mean) {
+  return row_variance(shift, spread_max, n, for_each, row_sum, mean, for_each);
 }
 
 // xhat = (v - mean) * rstd of a row. Where the output is a two-byte type,

@@ -133,6 +133,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
     // One-block rows that stage their weight (norm_kernels.cuh) get its packs' room.
     const size_t staged_bytes = kStagesWeight<T, Math> && a.weight ? sizeof(Vec16<T>) : 0;
+    // Its slots hold both parameters whether given or not (copy_to_walk_slots).
+    const size_t pipelined_slot_bytes =
+        sizeof(WalkWeight<T, Vec16<T>::kSize, Math>) + (Math::kCentered ? sizeof(Vec16<T>) : 0);
     // Rows past one block without a residual: the pipelined kernel (rows.h).
     // H200, µs, against the walks of the lanes kernel: bf16 rms_norm (512,
     // 262144) 155.8 -> 142.0, (4096, 32768) 151.0 -> 136.6, layer_norm (512,
@@ -141,7 +144,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     if constexpr (sizeof(T) <= 4)
       if (const int cluster = a.residual ? 0 : pipelined_cluster<T>(n, {a.x, a.y, a.weight, a.bias}))
         return launch_pipelined(norm_forward_pipelined_kernel<T, kPipelinedPacks, Math>, a.rows, cluster,
-                                (weight_bytes + bias_bytes) * kPipelinedPacks * kPipelinedThreads, stream,
+                                pipelined_slot_bytes * kPipelinedPacks * kPipelinedThreads, stream,
                                 std::make_tuple(a));
     constexpr Walks kWalks = kPrefetchingWalk<T, 8> ? Walks::kPrefetching : Walks::kWhereResident;
     return launch_block_lanes<T, 8, kWalks>(
