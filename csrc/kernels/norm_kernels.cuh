@@ -426,20 +426,8 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
   RowThreads<false> threads(a.rows);
   const int n = static_cast<int>(a.n), groups = n / kVec;
   const WalkSlots<T, kVec, Math> slots = copy_to_walk_slots<kPacks, kVec, Math, true>(a, threads, groups);
-  const int64_t row_groups = gridDim.x / cluster_blocks();
-  Words packs[kPacks], next[kPacks];
-  load_packs(threads, reinterpret_cast<const Words*>(a.x + threads.row * a.n), groups, packs);
-  for (;;) {
-    // Addresses recomputed each row (as the lanes kernel's walk).
-    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
-    const int64_t row = threads.row, following = row + row_groups, offset = row * a.n;
-    bool fetched = false;
-    const auto fetch_next = [&] {
-      if (fetched) return;
-      fetched = true;
-      if (following < a.rows)
-        load_packs(threads, reinterpret_cast<const Words*>(a.x + following * a.n), groups, next);
-    };
+  walk_pipelined<kPacks>(threads, a.x, a.rows, a.n, [&](int64_t row, const Words(&packs)[kPacks], auto&& fetch_next) {
+    const int64_t offset = row * a.n;
     // The row's first value as the shift (row_variance).
     const A shift = kCentered ? static_cast<A>(a.x[offset]) : A(0);
     A mean;
@@ -480,11 +468,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
       if constexpr (kCentered) a.mean[row] = mean;
       a.rstd[row] = rstd;
     }
-    if (following >= a.rows) break;
-    threads.row = following;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) packs[p] = next[p];
-  }
+  });
 }
 
 // layer_norm's two row sums of the backward, g and g * xhat, reduced together

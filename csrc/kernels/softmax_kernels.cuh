@@ -199,14 +199,8 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   using Pack = uint4;  // kVec elements as words (word_element)
   RowThreads<false> threads(rows);
   const int groups = n / kVec;
-  const int64_t row_groups = gridDim.x / cluster_blocks();
   const A scale2 = scale * static_cast<A>(kLog2e);
-  Pack packs[kPacks], next[kPacks];
-  load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), groups, packs);
-  for (;;) {
-    // Addresses recomputed each row (as the norm forward's walk).
-    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
-    const int64_t row = threads.row, following = row + row_groups;
+  walk_pipelined<kPacks>(threads, x, rows, n, [&](int64_t row, const Pack(&packs)[kPacks], auto&& fetch_next) {
     const Pack* const in = reinterpret_cast<const Pack*>(x + row * n);
     Pack* const out = reinterpret_cast<Pack*>(y + row * n);
     // The exponentials against the row's first value, summed in the
@@ -223,9 +217,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
           mine.top = max_acc(mine.top, scale2 * e);
           mine.sum += exp2_acc(scale2 * e - shift);
         }
-    const TopAndSum<A> total = threads.template allreduce<TopAndSumOp<A>>(mine, [&] {
-      if (following < rows) load_packs(threads, reinterpret_cast<const Pack*>(x + following * n), groups, next);
-    });
+    const TopAndSum<A> total = threads.template allreduce<TopAndSumOp<A>>(mine, fetch_next);
     // The same in every block of the cluster, so all make the same exchanges.
     if (fma_shift_in_range(shift) && total.top - shift <= A(kShiftedRangeMax)) {
       const A inv = A(1) / total.sum;
@@ -273,11 +265,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
       for_each([&](A e) { sum += exp_of(e); });
       write(exp_of, A(1) / threads.template allreduce<SumOp<A>>(sum));
     }
-    if (following >= rows) break;
-    threads.row = following;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) packs[p] = next[p];
-  }
+  });
 }
 
 // dx = scale * y * (dy - sum(y * dy)) over the valid entries (kCausal as

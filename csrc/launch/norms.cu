@@ -139,8 +139,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // Rows past one block without a residual: the pipelined kernel (rows.h).
     // H200, µs, against the walks of the lanes kernel: bf16 rms_norm (512,
     // 262144) 155.8 -> 142.0, (4096, 32768) 151.0 -> 136.6, layer_norm (512,
-    // 262144) 193.0 -> 178.1, (4096, 32768) 169.6 -> 154.6; float32 (1024,
-    // 65536) rms_norm 137.0 -> 134.6, layer_norm 150.1 -> 145.0.
+    // 262144) 193.0 -> 164.7, (4096, 32768) 169.6 -> 147.4; float32 (1024,
+    // 65536) rms_norm 137.0 -> 134.6, layer_norm 150.1 -> 141.8.
     if constexpr (sizeof(T) <= 4)
       if (const int cluster = a.residual ? 0 : pipelined_cluster<T>(n, {a.x, a.y, a.weight, a.bias}))
         return launch_pipelined(norm_forward_pipelined_kernel<T, kPipelinedPacks, Math>, a.rows, cluster,
