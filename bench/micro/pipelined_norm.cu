@@ -1,8 +1,9 @@
 // The norm forwards of wide rows split over clusters: the launcher against
 // norm_forward_pipelined_kernel (8 packs a thread held as words, the next
-// row loaded during the exchange) in each block size and cluster that holds
-// the row exactly, bf16 and float32, weight and bias as bench/peers.py's
-// cells, against a copy of the same bytes; y checked against the launcher's.
+// row loaded during the exchange) in each block size and cluster (one block
+// included: a walk without a cluster) that holds the row exactly, bf16 and
+// float32, weight and bias as bench/peers.py's cells, against a copy of the
+// same bytes; y checked against the launcher's.
 // bash bench/micro/run.sh pipelined_norm
 #include <cuda_bf16.h>
 
@@ -31,9 +32,9 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
   const auto kernel = norm_forward_pipelined_kernel<T, kPacks, Math>;
   const size_t slot_bytes = sizeof(WalkWeight<T, kVec, Math>) + (Math::kCentered ? sizeof(Vec16<T>) : 0);
-  for (int threads : {128, 256, 512}) {
+  for (int threads : {64, 128, 256, 512}) {
     const int64_t cluster = n / kVec / kPacks / threads;
-    if (cluster < 2 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
+    if (cluster < 1 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
     const size_t shared = slot_bytes * kPacks * threads;
     const int resident = rows::resident_clusters(kernel, int(cluster), threads, shared);
     CHECK(cudaMemset(a.y, 0, buffers.bytes()));
@@ -55,11 +56,13 @@ int main() {
   std::printf(
       "| norm | dtype | shape | threads x packs | cluster | resident clusters | copy µs | launcher µs | µs | "
       "launcher of copy | of copy | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 32768}, {2048, 65536}, {1024, 131072}, {512, 262144}}) {
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 4096}, {4096, 8192}, {8192, 16384}, {4096, 32768},
+                         {2048, 65536}, {1024, 131072}, {512, 262144}}) {
     shape<__nv_bfloat16, RmsNormMath>(timer, DType::BFloat16, "bfloat16", rows, n);
     shape<__nv_bfloat16, LayerNormMath>(timer, DType::BFloat16, "bfloat16", rows, n);
   }
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{2048, 32768}, {1024, 65536}, {512, 131072}, {256, 262144}}) {
+  for (auto [rows, n] :
+       {std::pair<int64_t, int64_t>{8192, 16384}, {2048, 32768}, {1024, 65536}, {512, 131072}, {256, 262144}}) {
     shape<float, RmsNormMath>(timer, DType::Float, "float32", rows, n);
     shape<float, LayerNormMath>(timer, DType::Float, "float32", rows, n);
   }

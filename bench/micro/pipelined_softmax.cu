@@ -1,9 +1,10 @@
 // The softmax forward of wide rows split over clusters: the launcher against
 // softmax_forward_pipelined_kernel (8 packs a thread, the next row loaded
-// during the exchange) in each block size and cluster that holds the row
-// exactly, bf16 and float32, and a copy of the same bytes; y checked against
-// the launcher's. The launcher takes the pipelined kernel for two-byte rows
-// only: the float rows say whether it should for them too.
+// during the exchange) in each block size and cluster (one block included:
+// a walk without a cluster) that holds the row exactly, bf16 and float32,
+// and a copy of the same bytes; y checked against the launcher's. The
+// launcher takes the pipelined kernel for two-byte rows only: the float rows
+// say whether it should for them too.
 // bash bench/micro/run.sh pipelined_softmax
 #include <cuda_bf16.h>
 
@@ -30,7 +31,7 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   const auto kernel = softmax_forward_pipelined_kernel<T, kPacks>;
   for (int threads : {64, 128, 256, 512}) {
     const int64_t cluster = n / kVec / kPacks / threads;
-    if (cluster < 2 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
+    if (cluster < 1 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
     const int resident = rows::resident_clusters(kernel, int(cluster), threads, 0);
     const auto args = std::make_tuple(static_cast<const T*>(x), y, rows, int(n), 1.0f);
     CHECK(cudaMemset(y, 0, rows * n * sizeof(T)));
@@ -51,7 +52,8 @@ int main() {
   std::printf(
       "| dtype | shape | threads x packs | cluster | resident clusters | copy µs | launcher µs | µs | launcher of "
       "copy | of copy | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 32768}, {2048, 65536}, {1024, 131072}, {512, 262144}})
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 4096}, {4096, 8192}, {8192, 16384}, {4096, 32768},
+                         {2048, 65536}, {1024, 131072}, {512, 262144}})
     shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n);
   for (auto [rows, n] :
        {std::pair<int64_t, int64_t>{4096, 16384}, {2048, 32768}, {1024, 65536}, {512, 131072}, {256, 262144}})
