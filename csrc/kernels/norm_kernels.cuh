@@ -426,7 +426,8 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
   RowThreads<false> threads(a.rows);
   const int n = static_cast<int>(a.n), groups = n / kVec;
   const WalkSlots<T, kVec, Math> slots = copy_to_walk_slots<kPacks, kVec, Math, true>(a, threads, groups);
-  walk_pipelined<kPacks>(threads, a.x, a.rows, a.n, [&](int64_t row, const Words(&packs)[kPacks], auto&& fetch_next) {
+  walk_pipelined<kPacks>(threads, a.rows, a.n, {a.x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+    const Words(&packs)[kPacks] = shares.words[0];
     const int64_t offset = row * a.n;
     // The row's first value as the shift (row_variance).
     const A shift = kCentered ? static_cast<A>(a.x[offset]) : A(0);

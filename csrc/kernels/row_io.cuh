@@ -253,37 +253,46 @@ __device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads,
   }
 }
 
+// A thread's shares of one row of each of kInputs tensors: kPacks 16-byte
+// packs of each, held as words (word_element).
+template <int kInputs, int kPacks>
+struct RowShares {
+  uint4 words[kInputs][kPacks];
+};
+
 // The walk of the pipelined kernels (cluster k takes rows k, k + G, ... of
-// x, rows of n elements of 16-byte packs): each thread holds its share of a
-// row as kPacks words, and step(row, words, fetch_next) computes and writes
-// that row, calling fetch_next while its sums are in flight between the
-// blocks. The first call loads the following row's share beside the
-// current one; later calls (a second exchange) do nothing.
-template <int kPacks, typename T, typename Step>
-__device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, const T* x, int64_t rows, int64_t n,
-                                               Step&& step) {
+// `inputs`, rows of n elements of 16-byte packs): each thread holds its
+// shares of a row (RowShares), and step(row, shares, fetch_next) computes
+// and writes that row, calling fetch_next while its sums are in flight
+// between the blocks. The first call loads the following row's shares
+// beside the current ones; later calls (a second exchange) do nothing.
+template <int kPacks, typename T, int kInputs, typename Step>
+__device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64_t rows, int64_t n,
+                                               const T* const (&inputs)[kInputs], Step&& step) {
+  using Shares = RowShares<kInputs, kPacks>;
   const int groups = static_cast<int>(n / (16 / sizeof(T)));
-  const auto load = [&](int64_t row, uint4(&words)[kPacks]) {
-    load_packs(threads, reinterpret_cast<const uint4*>(x + row * n), groups, words);
+  const auto load = [&](int64_t row, Shares& shares) {
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i)
+      load_packs(threads, reinterpret_cast<const uint4*>(inputs[i] + row * n), groups, shares.words[i]);
   };
   const int64_t row_groups = gridDim.x / cluster_blocks();
-  uint4 words[kPacks], next[kPacks];
-  load(threads.row, words);
+  Shares shares, next;
+  load(threads.row, shares);
   for (;;) {
     // Addresses recomputed each row: hoisted out of the loop they would hold
     // a register pair per pack.
     asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
     const int64_t row = threads.row, following = row + row_groups;
     bool fetched = false;
-    step(row, static_cast<const uint4(&)[kPacks]>(words), [&] {
+    step(row, static_cast<const Shares&>(shares), [&] {
       if (fetched) return;
       fetched = true;
       if (following < rows) load(following, next);
     });
     if (following >= rows) break;
     threads.row = following;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) words[p] = next[p];
+    shares = next;
   }
 }
 

@@ -200,7 +200,8 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   RowThreads<false> threads(rows);
   const int groups = n / kVec;
   const A scale2 = scale * static_cast<A>(kLog2e);
-  walk_pipelined<kPacks>(threads, x, rows, n, [&](int64_t row, const Pack(&packs)[kPacks], auto&& fetch_next) {
+  walk_pipelined<kPacks>(threads, rows, n, {x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+    const Pack(&packs)[kPacks] = shares.words[0];
     const Pack* const in = reinterpret_cast<const Pack*>(x + row * n);
     Pack* const out = reinterpret_cast<Pack*>(y + row * n);
     // The exponentials against the row's first value, summed in the
@@ -324,25 +325,15 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   using Words = uint4;  // a pack held as words (word_element)
   RowThreads<false> threads(rows);
   const int groups = n / kVec;
-  const int64_t row_groups = gridDim.x / cluster_blocks();
-  Words ys[kPacks], gs[kPacks], next_ys[kPacks], next_gs[kPacks];
-  const auto load = [&](int64_t row, Words(&y_words)[kPacks], Words(&g_words)[kPacks]) {
-    load_packs(threads, reinterpret_cast<const Words*>(y + row * n), groups, y_words);
-    load_packs(threads, reinterpret_cast<const Words*>(dy + row * n), groups, g_words);
-  };
-  load(threads.row, ys, gs);
-  for (;;) {
-    // Addresses recomputed each row (as the norm forward's walk).
-    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
-    const int64_t row = threads.row, following = row + row_groups;
+  walk_pipelined<kPacks>(threads, rows, n, {y, dy}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+    const Words(&ys)[kPacks] = shares.words[0];
+    const Words(&gs)[kPacks] = shares.words[1];
     A dot = 0;  // packs past the row are zeros
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) dot += word_element<T>(ys[p], j) * word_element<T>(gs[p], j);
-    dot = threads.template allreduce<SumOp<A>>(dot, [&] {
-      if (following < rows) load(following, next_ys, next_gs);
-    });
+    dot = threads.template allreduce<SumOp<A>>(dot, fetch_next);
     Words* const out = reinterpret_cast<Words*>(dx + row * n);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -352,11 +343,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
       for (int j = 0; j < kVec; ++j) result[j] = scale * word_element<T>(ys[p], j) * (word_element<T>(gs[p], j) - dot);
       out[threads.group(p)] = words_of<T>(result);
     }
-    if (following >= rows) break;
-    threads.row = following;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) ys[p] = next_ys[p], gs[p] = next_gs[p];
-  }
+  });
 }
 
 // Causal rows of up to 1024, staged in the warp's slice of shared memory:
