@@ -133,7 +133,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
     // One-block rows that stage their weight (norm_kernels.cuh) get its packs' room.
     const size_t staged_bytes = kStagesWeight<T, Math> && a.weight ? sizeof(Vec16<T>) : 0;
-    // Its slots hold both parameters whether given or not (copy_to_walk_slots).
+    // The pipelined kernel's slots hold both parameters, given or not
+    // (copy_to_walk_slots).
     const size_t pipelined_slot_bytes =
         sizeof(WalkWeight<T, Vec16<T>::kSize, Math>) + (Math::kCentered ? sizeof(Vec16<T>) : 0);
     // Rows past one block without a residual: the pipelined kernel (rows.h).

@@ -29,11 +29,11 @@ auto backward_lanes(int64_t causal) {
 // blocks that holds the row, or of 16 blocks of 512 threads (262144 bf16:
 // 201.2 µs against the lanes kernel's 264.8). {0, 0} where neither holds it.
 constexpr int kBackwardPipelinedPacks = 4;
-struct BackwardLanes {
+struct PipelinedBlocks {
   int threads, cluster;
 };
 template <typename T>
-BackwardLanes backward_pipelined_lanes(int64_t n, std::initializer_list<const void*> buffers) {
+PipelinedBlocks backward_pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
   constexpr int kVec = Vec16<T>::kSize;
   const int64_t groups = n / kVec;
   if (sizeof(T) != 2 || groups <= int64_t(kRowThreadsMax) * 4 || !packable<T>(n, buffers) ||
@@ -117,11 +117,11 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
                                 row_args);
       });
     if constexpr (sizeof(T) == 2)
-      if (const BackwardLanes lanes = causal ? BackwardLanes{0, 0} : backward_pipelined_lanes<T>(n, {y, dy, dx});
-          lanes.cluster)
+      if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : backward_pipelined_blocks<T>(n, {y, dy, dx});
+          blocks.cluster)
         return launch_pipelined(
-            softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks>, rows, lanes.cluster, 0, stream,
-            std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(scale))), lanes.threads);
+            softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks>, rows, blocks.cluster, 0, stream,
+            std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(scale))), blocks.threads);
     return launch_block_lanes<T, 8>(
         rows, 0, n, {y, dy, dx}, stream,
         [&](auto packs, auto vec) {
