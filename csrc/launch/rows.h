@@ -311,17 +311,25 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // were no faster (float32 (256, 262144): softmax 144.3 against 150.9 µs,
 // layer_norm 156.5 against 159.2), and elements of eight bytes.
 constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
+// The smallest cluster of `threads`-thread blocks, `packs` packs a thread,
+// that holds rows of n elements past one block's registers; 0 where none of
+// up to kClusterBlocksMax does, the rows are not whole packs, or clusters do
+// not exist.
 template <typename T>
-int pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers) {
+int smallest_pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers, int threads, int packs) {
   constexpr int kVec = Vec16<T>::kSize;
   const int64_t groups = n / kVec;
   if (sizeof(T) > 4 || groups <= int64_t(kRowThreadsMax) * 4 || !packable<T>(n, buffers) ||
       !cluster_launch_supported())
     return 0;
   for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2)
-    if (groups <= int64_t(cluster) * kPipelinedThreads * kPipelinedPacks)
-      return sizeof(T) == 2 || cluster > 2 ? cluster : 0;
+    if (groups <= int64_t(cluster) * threads * packs) return cluster;
   return 0;
+}
+template <typename T>
+int pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers) {
+  const int cluster = smallest_pipelined_cluster<T>(n, buffers, kPipelinedThreads, kPipelinedPacks);
+  return sizeof(T) == 2 || cluster > 2 ? cluster : 0;
 }
 
 // A pipelined kernel in clusters of `cluster` blocks of `threads` with

@@ -34,14 +34,10 @@ struct PipelinedBlocks {
 };
 template <typename T>
 PipelinedBlocks backward_pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
-  constexpr int kVec = Vec16<T>::kSize;
-  const int64_t groups = n / kVec;
-  if (sizeof(T) != 2 || groups <= int64_t(kRowThreadsMax) * 4 || !packable<T>(n, buffers) ||
-      !cluster_launch_supported())
-    return {0, 0};
-  for (int threads : {kPipelinedThreads, kRowThreadsMax})
-    for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2)
-      if (groups <= int64_t(cluster) * threads * kBackwardPipelinedPacks) return {threads, cluster};
+  if constexpr (sizeof(T) == 2)
+    for (int threads : {kPipelinedThreads, kRowThreadsMax})
+      if (const int cluster = smallest_pipelined_cluster<T>(n, buffers, threads, kBackwardPipelinedPacks))
+        return {threads, cluster};
   return {0, 0};
 }
 
