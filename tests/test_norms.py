@@ -435,6 +435,25 @@ def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_
                             (x, w, b), (g,))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [776, 1000, 1024])
+@pytest.mark.parametrize("with_weight, with_bias", [(False, False), (True, False), (False, True), (True, True)])
+def test_half_layer_norm_rows_of_four_packs_each_parameter(device, dtype, n, with_weight, with_bias):
+    # Two-byte layer_norm rows of four 16-byte packs a lane (769-1024 wide)
+    # run in registers on the GPU, a warp a row, loading the parameters pack
+    # by pack (776 and 1000: the last pack group short of the warp); forward
+    # and backward with each combination of weight and bias. The fused add of
+    # such rows: test_add_norm_forward_and_backward at 1000.
+    rows = 45
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    w = torch.randn(n, device=device).to(dtype) if with_weight else None
+    b = torch.randn(n, device=device).to(dtype) if with_bias else None
+    g = torch.randn(rows, n, device=device).to(dtype)
+    outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c), lambda t, v, c: F.layer_norm(t, [n], v, c),
+                            (x, w, b), (g,))
+
+
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", ["layer", "rms"])
@@ -698,7 +717,7 @@ def torch_add_norm(kind, x, r, shape, w, b, eps):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1, 33, 768, 1500, 4096, 20000, 65536, 262144])
+@pytest.mark.parametrize("n", [1, 33, 768, 1000, 1500, 4096, 20000, 65536, 262144])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_add_norm_forward_and_backward(device, dtype, n, kind):
     check_add_norm(device, dtype, 3 if n > 4096 else 29, n, kind)

@@ -57,12 +57,12 @@ void run(Timer& timer, int sms, int64_t rows, int64_t n, const char* dtype_name)
                              (sizeof(WalkWeight<T, kVec, Math>) + (Math::kCentered ? sizeof(VecN<T, kVec>) : 0));
   time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, true>, "walk", 0, walk_shared);
   const size_t staged = kStagesWeight<T, Math> ? size_t(kPacks) * threads * sizeof(VecN<T, kVec>) : 0;
-  time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, false>, "one row", rows, 0);
-  time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>, "one row, preload", rows, 0);
+  time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack>, "one row", rows, 0);
+  time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>, "one row, preload", rows, 0);
   if (staged) {
-    time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, false>, "one row, staged", rows,
+    time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack>, "one row, staged", rows,
                 staged);
-    time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>, "one row, preload, staged",
+    time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>, "one row, preload, staged",
                 rows, staged);
   }
   CHECK(cudaFree(copy_out));

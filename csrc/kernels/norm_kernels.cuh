@@ -253,19 +253,27 @@ constexpr int forward_min_blocks() {
   return sizeof(T) == 4 && kPacks == 4 ? 3 : 0;
 }
 
-// kPreload (block rows that do not walk): the output pass loads every
-// parameter pack before its first store. Loaded pack by pack, each load waits
-// behind the store before it (the compiler cannot know that y is not the
-// weight): four L1 or L2 round trips in a row at four packs. It costs
+// When the one-row kernels load their parameter packs. kPerPack: in the
+// output pass, each pack before its store; each load then waits behind the
+// store before it (the compiler cannot know that y is not the weight): four
+// L1 or L2 round trips in a row at four packs. kBeforeOutput (block rows):
+// every pack after the reduction, before the first store; it costs
 // layer_norm 11 registers (two-byte, four packs: 70), so the launcher takes it
-// only where the blocks an SM stay.
-template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false, bool kPreload = false>
+// only where the blocks an SM stay. kWithRow (warp rows): with the row, before
+// the reduction, their latency behind the row's; it holds them in registers
+// through the reduction, which two-byte rows of four packs pay for in blocks an
+// SM (bench/micro/short_rows.cu).
+enum class ParamLoads { kPerPack, kBeforeOutput, kWithRow };
+
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false,
+          ParamLoads kParams = ParamLoads::kPerPack>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
-  static_assert(!kPreload || (!kWarpRows && !kWalk), "block rows that do not walk preload their parameters");
+  static_assert(kParams == ParamLoads::kPerPack || !kWalk, "walks read their parameters from shared memory");
+  static_assert(kParams != ParamLoads::kBeforeOutput || !kWarpRows, "only block rows load them before the output");
+  static_assert(kParams != ParamLoads::kWithRow || kWarpRows, "only warp rows load them with the row");
   constexpr bool kCentered = Math::kCentered;
-  constexpr bool kLateParams = !kWarpRows;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   // One-row kernels read two-byte packs as 32-bit words (a shift or a mask an
@@ -344,10 +352,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         if (threads.group(p) < groups) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
       }
     }
-    if (!kLateParams && a.weight) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+    constexpr bool kWithRow = kParams == ParamLoads::kWithRow;
+    if (kWithRow && a.weight) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
     // rms_norm has no bias: without kCentered the shift packs are never
     // loaded, which frees their registers.
-    if (!kLateParams && kCentered && a.bias)
+    if (kWithRow && kCentered && a.bias)
       load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
     // The row's first value as the shift: lane 0's in a warp row, a load
     // every thread shares in a block row.
@@ -374,7 +383,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       else if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
       if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
     };
-    if constexpr (kPreload) {
+    if constexpr (kParams == ParamLoads::kBeforeOutput) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
         if (threads.group(p) < groups) load_params(p);
@@ -389,7 +398,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         // 64). The one-row kernels do not loop, and run 1-3% slower so.
         walk_weight = a.weight ? slots.weight[threads.local(p)] : WeightSlot{};
         shifts[p] = kCentered && a.bias ? slots.bias[threads.local(p)] : Pack{};
-      } else if constexpr (kLateParams && !kPreload) {
+      } else if constexpr (kParams == ParamLoads::kPerPack) {
         load_params(p);
       }
       Pack result;

@@ -168,12 +168,12 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
             // fewer preloading ties or wins: bench/micro/norm_row_variants.cu).
             if (kVec == Vec16<T>::kSize && block_lane_threads(n / kVec) == kRowThreadsMax)
               return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false>;
-            return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>;
+            return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>;
           } else {
             if constexpr (kMayPreload && kVec > 1) {
               const int threads = block_lane_threads(n / kVec);
               if (threads != 0 && threads <= 128)
-                return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, true>;
+                return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>;
             }
             return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, kWalk>;
           }
@@ -183,14 +183,23 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in
   // registers leave too few bytes in flight per SM (staging keeps more)
-  // unless the residual add is fused, which staging cannot do; double rows
-  // would not fit in registers.
+  // unless the residual add is fused, which staging cannot do, or they are
+  // layer_norm's rows of four 16-byte packs a lane (769-1024 wide); double
+  // rows would not fit in registers. Two-byte layer_norm rows load their
+  // parameters pack by pack (H200, bf16, µs: layer_norm (32768, 1024) staged
+  // 37.2, parameters with the row 36.3, pack by pack 34.6; add_layer_norm
+  // (32768, 1024) 68.6 -> 67.4, (8192, 768) 15.9 -> 15.6; rms_norm's and the
+  // float rows' gain nothing or lose: bench/micro/short_rows.cu).
   constexpr bool kHalfType = sizeof(T) == 2;
-  if (std::is_same_v<T, float> || (kHalfType && a.residual))
+  constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kPerPack : ParamLoads::kWithRow;
+  const bool four_pack_layer_rows = kHalfType && Math::kCentered && packable<T>(n, {a.x, a.y, a.weight, a.bias}) &&
+                                    ceil_div(n, int64_t(kWarpSize) * Vec16<T>::kSize) == 4;
+  if (std::is_same_v<T, float> || (kHalfType && a.residual) || four_pack_layer_rows)
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;
-      return launch_warp_rows(norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math>,
-                              a.rows, stream, std::make_tuple(a), 4);
+      return launch_warp_rows(
+          norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math, false, kParams>, a.rows,
+          stream, std::make_tuple(a), 4);
     });
   if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
   return with_vec<T>(n, {a.x, a.y, a.weight, a.bias}, [&](auto vec) {

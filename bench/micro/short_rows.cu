@@ -1,0 +1,248 @@
+// The norm forward of short rows (768-1600 wide, with and without the fused
+// add), where torch.compile's persistent reduction (a row a one-warp program,
+// the row in registers) beat the launcher's staged two-byte warp rows by 4-13%
+// (bench/peers.py). Times the launcher against the register kernels: a row a
+// block of `threads` threads holding kPacks packs each, with and without
+// preloaded parameters, and a row a warp with its parameters loaded with the
+// row or pack by pack (and, for bf16, a lean kernel of the probe's own).
+// Prints µs, the copy of the same bytes, and the largest |y| difference from
+// the launcher's output. bash bench/micro/run.sh short_rows
+#include <cuda_bf16.h>
+
+#include "../../csrc/launch/norms.h"
+#include "../../csrc/launch/rows.h"
+#include "norm_rows.cuh"
+
+using namespace fastreduce;
+
+template <typename T>
+float max_diff(const T* a, const T* b, int64_t count) {
+  std::vector<T> ha(count), hb(count);
+  CHECK(cudaMemcpy(ha.data(), a, count * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hb.data(), b, count * sizeof(T), cudaMemcpyDeviceToHost));
+  float worst = 0;
+  for (int64_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(float(ha[i]) - float(hb[i])));
+  return worst;
+}
+
+// A lean row a warp for the comparison (bf16, 16-byte packs): the row's packs
+// converted once into floats, mean and variance in two passes over the
+// registers (as Inductor's persistent reduction), parameters loaded after the
+// reduction. L2 hints (x evict_first and no L1 allocation, parameters
+// evict_last) made it 12-20% slower on the H200.
+// kVariant: 0 as above; 1 parameters loaded with x; 3 the shifted one-pass
+// variance (row_rstd). (Converting x again in the output pass: no change.)
+template <int kPacks, bool kCentered, bool kResidual, int kVariant = 0>
+__global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> a) {
+  using T = __nv_bfloat16;
+  const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= a.rows) return;
+  const int lane = threadIdx.x % kWarpSize, groups = int(a.n / 8);
+  const int64_t offset = row * a.n;
+  float v[kPacks][8];
+  uint4 ws[kPacks], bs[kPacks];
+  if constexpr (kVariant == 1) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int g = p * kWarpSize + lane;
+      ws[p] = g < groups ? *reinterpret_cast<const uint4*>(a.weight + g * 8) : uint4{};
+      if constexpr (kCentered) bs[p] = g < groups ? *reinterpret_cast<const uint4*>(a.bias + g * 8) : uint4{};
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int g = p * kWarpSize + lane;
+    uint4 w = g < groups ? *reinterpret_cast<const uint4*>(a.x + offset + g * 8) : uint4{};
+    if constexpr (kResidual) {
+      const uint4 r = g < groups ? *reinterpret_cast<const uint4*>(a.residual + offset + g * 8) : uint4{};
+      uint4 h;
+      uint32_t* hw = &h.x;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float lo = word_element<T>(w, 2 * j) + word_element<T>(r, 2 * j);
+        const float hi = word_element<T>(w, 2 * j + 1) + word_element<T>(r, 2 * j + 1);
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+        hw[j] = *reinterpret_cast<const uint32_t*>(&pair);
+      }
+      if (g < groups) *reinterpret_cast<uint4*>(a.residual_out + offset + g * 8) = h;
+      w = h;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[p][j] = word_element<T>(w, j);
+  }
+  float mean = 0, rstd;
+  if constexpr (kVariant == 3) {
+    rstd = row_rstd<kCentered>(
+        a.n, a.eps, __shfl_sync(kFullMask, v[0][0], 0),
+        [&](auto f) {
+#pragma unroll
+          for (int p = 0; p < kPacks; ++p)
+            if (p * kWarpSize + lane < groups)
+#pragma unroll
+              for (int j = 0; j < 8; ++j) f(v[p][j]);
+        },
+        [](auto x) { return warp_allreduce<SumOp<decltype(x)>>(x); }, mean);
+  } else {
+    const float count = float(a.n);
+    if constexpr (kCentered) {
+      float sum = 0;
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sum += v[p][j];
+      mean = warp_allreduce<SumOp<float>>(sum) / count;
+    }
+    float squares = 0;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const bool in_row = p * kWarpSize + lane < groups;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float d = v[p][j] - mean;
+        squares += in_row ? d * d : 0.f;
+      }
+    }
+    rstd = rsqrtf(warp_allreduce<SumOp<float>>(squares) / count + a.eps);
+  }
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int g = p * kWarpSize + lane;
+    if (g >= groups) continue;
+    uint4 w = ws[p], b{};
+    if constexpr (kVariant != 1) {
+      w = *reinterpret_cast<const uint4*>(a.weight + g * 8);
+      if constexpr (kCentered) b = *reinterpret_cast<const uint4*>(a.bias + g * 8);
+    } else if constexpr (kCentered) {
+      b = bs[p];
+    }
+    uint4 out;
+    uint32_t* ow = &out.x;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float y[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int e = 2 * j + k;
+        y[k] = (v[p][e] - mean) * rstd * word_element<T>(w, e);
+        if constexpr (kCentered) y[k] += word_element<T>(b, e);
+      }
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(y[0], y[1]);
+      ow[j] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+    *reinterpret_cast<uint4*>(a.y + offset + g * 8) = out;
+  }
+  if (lane == 0) {
+    if constexpr (kCentered) a.mean[row] = mean;
+    a.rstd[row] = rstd;
+  }
+}
+
+template <typename T, typename Math>
+void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
+  using A = opmath_t<T>;
+  constexpr int kVec = Vec16<T>::kSize;
+  const int groups = int(n / kVec);
+  const NormRows<T, Math> buffers(rows, n, rows);
+  NormForwardArgs<T> a = buffers.args;
+  T *residual = nullptr, *residual_out = nullptr, *copy_in, *copy_out;
+  if (fused_add) {
+    CHECK(cudaMalloc(&residual, buffers.bytes()));
+    CHECK(cudaMalloc(&residual_out, buffers.bytes()));
+    fill_uniform<<<1024, 256>>>(residual, rows * n, 4u, -1.0f, 2.0f);
+    a.residual = residual, a.residual_out = residual_out;
+  }
+  const NormShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, n, Math::kCentered ? NormKind::Layer : NormKind::Rms, "probe"};
+  const NormForwardBuffers<> io{a.x, residual, a.weight, a.bias, a.y, residual_out,
+                                Math::kCentered ? a.mean : nullptr, a.rstd};
+  CHECK(cudaMalloc(&copy_in, 2 * buffers.bytes()));
+  CHECK(cudaMalloc(&copy_out, 2 * buffers.bytes()));
+  // The fused add moves twice the bytes: x and the residual in, h and y out.
+  const int64_t moved = (fused_add ? 2 : 1) * buffers.bytes();
+  const float copy = timer.copy_us(copy_in, copy_out, moved);
+  const float launcher = timer.median_us([&] { CHECK(norm_forward(shape, io, double(A(1e-5)), nullptr)); });
+  CHECK(cudaMemcpy(copy_out, a.y, buffers.bytes(), cudaMemcpyDeviceToDevice));
+  const char* name = fused_add ? (Math::kCentered ? "add_layer_norm" : "add_rms_norm")
+                               : (Math::kCentered ? "layer_norm" : "rms_norm");
+
+  const char* dtype = std::is_same_v<T, float> ? "float32" : "bfloat16";
+  auto time_kernel = [&](auto kernel, const char* what, int packs, int threads, int64_t grid) {
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+    cudaFuncAttributes attributes;
+    CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    CHECK(cudaMemset(a.y, 0, buffers.bytes()));
+    const float us = timer.median_us([&] { kernel<<<grid, threads>>>(a); });
+    std::printf("| %s | %s | (%lld, %lld) | %s: %d x %d, %d regs, %d an SM | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n",
+                name, dtype, (long long)rows, (long long)n, what, threads, packs, attributes.numRegs, per_sm, copy, launcher,
+                us, copy / launcher, copy / us, max_diff(copy_out, a.y, rows * n));
+  };
+  // A row a block: the fewest whole warps that hold the row at kPacks a thread.
+  auto block_rows = [&](auto packs) {
+    constexpr int kPacks = decltype(packs)::value;
+    const int threads = int(ceil_div(ceil_div(groups, kPacks), 32) * 32);
+    if (threads > kRowThreadsMax || (kPacks > 1 && ceil_div(groups, threads) < kPacks)) return;
+    time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack>, "row a block", kPacks, threads,
+                rows);
+    time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>, "row a block, preload", kPacks,
+                threads, rows);
+  };
+  block_rows(std::integral_constant<int, 1>{});
+  block_rows(std::integral_constant<int, 2>{});
+  block_rows(std::integral_constant<int, 3>{});
+  block_rows(std::integral_constant<int, 4>{});
+  // A row a warp, in blocks of four warps (the launcher's) and of one, its
+  // parameters loaded with the row (the launcher's) or pack by pack.
+  auto warp_rows = [&](auto packs) {
+    constexpr int kPacks = decltype(packs)::value;
+    if (ceil_div(groups, kWarpSize) != kPacks) return;
+    auto both = [&](auto kernel, const char* what) {
+      time_kernel(kernel, what, kPacks, 4 * kWarpSize, ceil_div(rows, int64_t(4)));
+      time_kernel(kernel, what, kPacks, kWarpSize, rows);
+    };
+    both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kWithRow>, "row a warp, with row");
+    both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack>, "row a warp, per pack");
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (fused_add) {
+        both(lean_rows<kPacks, Math::kCentered, true>, "lean warp");
+      } else {
+        both(lean_rows<kPacks, Math::kCentered, false>, "lean warp");
+        both(lean_rows<kPacks, Math::kCentered, false, 1>, "lean warp, parameters early");
+        both(lean_rows<kPacks, Math::kCentered, false, 3>, "lean warp, shifted one pass");
+      }
+    }
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    warp_rows(std::integral_constant<int, 6>{});
+    warp_rows(std::integral_constant<int, 8>{});
+  } else {
+    warp_rows(std::integral_constant<int, 3>{});
+    warp_rows(std::integral_constant<int, 4>{});
+    warp_rows(std::integral_constant<int, 7>{});
+  }
+  CHECK(cudaFree(copy_in));
+  CHECK(cudaFree(copy_out));
+  if (fused_add) {
+    CHECK(cudaFree(residual));
+    CHECK(cudaFree(residual_out));
+  }
+}
+
+int main() {
+  Timer timer;
+  std::printf(
+      "| norm | dtype | shape | kernel: threads x packs | copy µs | launcher µs | kernel µs | launcher of copy | kernel "
+      "of copy | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  const std::pair<int64_t, int64_t> shapes[] = {{8192, 768}, {8192, 1600}, {32768, 1024}};
+  for (bool fused_add : {false, true})
+    for (auto [rows, n] : shapes) {
+      run<__nv_bfloat16, LayerNormMath>(timer, rows, n, fused_add);
+      run<__nv_bfloat16, RmsNormMath>(timer, rows, n, fused_add);
+    }
+  const std::pair<int64_t, int64_t> float_shapes[] = {{8192, 768}, {32768, 1024}};
+  for (bool fused_add : {false, true})
+    for (auto [rows, n] : float_shapes) {
+      run<float, LayerNormMath>(timer, rows, n, fused_add);
+      run<float, RmsNormMath>(timer, rows, n, fused_add);
+    }
+  return 0;
+}
