@@ -1,9 +1,9 @@
 // The norm forwards of wide rows split over clusters: the launcher against
-// norm_forward_pipelined_kernel (8 packs a thread held as words, the next
-// row loaded during the exchange) in each block size and cluster (one block
-// included: a walk without a cluster) that holds the row exactly, bf16 and
-// float32, weight and bias as bench/peers.py's cells, against a copy of the
-// same bytes; y checked against the launcher's.
+// norm_forward_pipelined_kernel (4 or 8 packs a thread held as words, the
+// next row loaded during the exchange) in each block size and cluster (one
+// block included: a walk without a cluster) that holds the row exactly, bf16
+// and float32, weight and bias as bench/peers.py's cells, against a copy of
+// the same bytes; y checked against the launcher's.
 // bash bench/micro/run.sh pipelined_norm
 #include <cuda_bf16.h>
 
@@ -15,9 +15,31 @@
 
 using namespace fastreduce;
 
+template <typename T, typename Math, int kPacks>
+void run(Timer& timer, const char* name, const NormForwardArgs<T>& a, int64_t rows, int64_t n, size_t bytes,
+         float copy, float launcher, const std::vector<T>& launcher_y) {
+  constexpr int kVec = Vec16<T>::kSize;
+  const auto kernel = norm_forward_pipelined_kernel<T, kPacks, Math>;
+  const size_t slot_bytes = sizeof(WalkWeight<T, kVec, Math>) + (Math::kCentered ? sizeof(Vec16<T>) : 0);
+  for (int threads : {64, 128, 256, 512}) {
+    const int64_t cluster = n / kVec / kPacks / threads;
+    if (cluster < 1 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
+    const size_t shared = slot_bytes * kPacks * threads;
+    const int resident = rows::resident_clusters(kernel, int(cluster), threads, shared);
+    CHECK(cudaMemset(a.y, 0, bytes));
+    const float us = timer.median_us([&] {
+      CHECK(rows::launch_clusters(kernel, std::min<int64_t>(rows, resident), int(cluster), threads, shared, nullptr,
+                                  std::make_tuple(a)));
+    });
+    const float worst = largest_difference(a.y, launcher_y);
+    std::printf("| %s | %s | (%lld, %lld) | %d x %d | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n",
+                Math::kCentered ? "layer_norm" : "rms_norm", name, (long long)rows, (long long)n, threads, kPacks,
+                (long long)cluster, resident, copy, launcher, us, copy / launcher, copy / us, worst);
+  }
+}
+
 template <typename T, typename Math>
 void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n) {
-  constexpr int kPacks = 8, kVec = Vec16<T>::kSize;
   const NormRows<T, Math> buffers(rows, n, rows);
   const NormForwardArgs<T> a = buffers.args;
   const NormShape norm{dtype, rows, n, Math::kCentered ? NormKind::Layer : NormKind::Rms, "probe"};
@@ -30,23 +52,8 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   const float launcher = timer.median_us([&] { CHECK(norm_forward(norm, io, 1e-5, nullptr)); });
   std::vector<T> launcher_y(rows * n);
   CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
-  const auto kernel = norm_forward_pipelined_kernel<T, kPacks, Math>;
-  const size_t slot_bytes = sizeof(WalkWeight<T, kVec, Math>) + (Math::kCentered ? sizeof(Vec16<T>) : 0);
-  for (int threads : {64, 128, 256, 512}) {
-    const int64_t cluster = n / kVec / kPacks / threads;
-    if (cluster < 1 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
-    const size_t shared = slot_bytes * kPacks * threads;
-    const int resident = rows::resident_clusters(kernel, int(cluster), threads, shared);
-    CHECK(cudaMemset(a.y, 0, buffers.bytes()));
-    const float us = timer.median_us([&] {
-      CHECK(rows::launch_clusters(kernel, std::min<int64_t>(rows, resident), int(cluster), threads, shared, nullptr,
-                                  std::make_tuple(a)));
-    });
-    const float worst = largest_difference(a.y, launcher_y);
-    std::printf("| %s | %s | (%lld, %lld) | %d x %d | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n",
-                Math::kCentered ? "layer_norm" : "rms_norm", name, (long long)rows, (long long)n, threads, kPacks,
-                (long long)cluster, resident, copy, launcher, us, copy / launcher, copy / us, worst);
-  }
+  run<T, Math, 4>(timer, name, a, rows, n, buffers.bytes(), copy, launcher, launcher_y);
+  run<T, Math, 8>(timer, name, a, rows, n, buffers.bytes(), copy, launcher, launcher_y);
   CHECK(cudaFree(copy_in));
   CHECK(cudaFree(copy_out));
 }

@@ -1,10 +1,10 @@
 // The softmax forward of wide rows split over clusters: the launcher against
-// softmax_forward_pipelined_kernel (8 packs a thread, the next row loaded
-// during the exchange) in each block size and cluster (one block included:
-// a walk without a cluster) that holds the row exactly, bf16 and float32,
-// and a copy of the same bytes; y checked against the launcher's. The
-// launcher takes the pipelined kernel for two-byte rows only: the float rows
-// say whether it should for them too.
+// softmax_forward_pipelined_kernel (4 or 8 packs a thread, the next row
+// loaded during the exchange) in each block size and cluster (one block
+// included: a walk without a cluster) that holds the row exactly, bf16 and
+// float32, and a copy of the same bytes; y checked against the launcher's.
+// The launcher takes the pipelined kernel for two-byte rows only: the float
+// rows say whether it should for them too.
 // bash bench/micro/run.sh pipelined_softmax
 #include <cuda_bf16.h>
 
@@ -15,9 +15,29 @@
 
 using namespace fastreduce;
 
+template <typename T, int kPacks>
+void run(Timer& timer, const char* name, const T* x, T* y, int64_t rows, int64_t n, float copy, float launcher,
+         const std::vector<T>& launcher_y) {
+  constexpr int kVec = Vec16<T>::kSize;
+  const auto kernel = softmax_forward_pipelined_kernel<T, kPacks>;
+  for (int threads : {64, 128, 256, 512}) {
+    const int64_t cluster = n / kVec / kPacks / threads;
+    if (cluster < 1 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
+    const int resident = rows::resident_clusters(kernel, int(cluster), threads, 0);
+    const auto args = std::make_tuple(x, y, rows, int(n), 1.0f);
+    CHECK(cudaMemset(y, 0, rows * n * sizeof(T)));
+    const float us = timer.median_us([&] {
+      CHECK(rows::launch_clusters(kernel, std::min<int64_t>(rows, resident), int(cluster), threads, 0, nullptr, args));
+    });
+    const float worst = largest_difference(y, launcher_y);
+    std::printf("| %s | (%lld, %lld) | %d x %d | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n", name,
+                (long long)rows, (long long)n, threads, kPacks, (long long)cluster, resident, copy, launcher, us,
+                copy / launcher, copy / us, worst);
+  }
+}
+
 template <typename T>
 void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n) {
-  constexpr int kPacks = 8, kVec = Vec16<T>::kSize;
   T *x, *y;
   CHECK(cudaMalloc(&x, rows * n * sizeof(T)));
   CHECK(cudaMalloc(&y, rows * n * sizeof(T)));
@@ -28,21 +48,8 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   const float launcher = timer.median_us([&] { CHECK(softmax_forward(softmax, io, nullptr)); });
   std::vector<T> launcher_y(rows * n);
   CHECK(cudaMemcpy(launcher_y.data(), y, rows * n * sizeof(T), cudaMemcpyDeviceToHost));
-  const auto kernel = softmax_forward_pipelined_kernel<T, kPacks>;
-  for (int threads : {64, 128, 256, 512}) {
-    const int64_t cluster = n / kVec / kPacks / threads;
-    if (cluster < 1 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
-    const int resident = rows::resident_clusters(kernel, int(cluster), threads, 0);
-    const auto args = std::make_tuple(static_cast<const T*>(x), y, rows, int(n), 1.0f);
-    CHECK(cudaMemset(y, 0, rows * n * sizeof(T)));
-    const float us = timer.median_us([&] {
-      CHECK(rows::launch_clusters(kernel, std::min<int64_t>(rows, resident), int(cluster), threads, 0, nullptr, args));
-    });
-    const float worst = largest_difference(y, launcher_y);
-    std::printf("| %s | (%lld, %lld) | %d x %d | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n", name,
-                (long long)rows, (long long)n, threads, kPacks, (long long)cluster, resident, copy, launcher, us,
-                copy / launcher, copy / us, worst);
-  }
+  run<T, 4>(timer, name, x, y, rows, n, copy, launcher, launcher_y);
+  run<T, 8>(timer, name, x, y, rows, n, copy, launcher, launcher_y);
   CHECK(cudaFree(x));
   CHECK(cudaFree(y));
 }
