@@ -15,16 +15,6 @@
 using namespace fastreduce;
 using rows::block_lane_threads;
 
-template <typename T>
-float max_diff(const T* a, const T* b, int64_t count) {
-  std::vector<T> ha(count), hb(count);
-  CHECK(cudaMemcpy(ha.data(), a, count * sizeof(T), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(hb.data(), b, count * sizeof(T), cudaMemcpyDeviceToHost));
-  float worst = 0;
-  for (int64_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(float(ha[i]) - float(hb[i])));
-  return worst;
-}
-
 template <typename T, typename Math, int kPacks>
 void run(Timer& timer, int sms, int64_t rows, int64_t n, const char* dtype_name) {
   using A = opmath_t<T>;
@@ -39,7 +29,8 @@ void run(Timer& timer, int sms, int64_t rows, int64_t n, const char* dtype_name)
   CHECK(cudaMalloc(&copy_out, buffers.bytes()));
   const float copy = timer.copy_us(a.x, copy_out, buffers.bytes());
   const float launcher = timer.median_us([&] { CHECK(norm_forward(shape, io, double(A(1e-5)), nullptr)); });
-  CHECK(cudaMemcpy(copy_out, a.y, buffers.bytes(), cudaMemcpyDeviceToDevice));
+  std::vector<T> launcher_y(rows * n);
+  CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
 
   const int threads = block_lane_threads(n / kVec);
   auto time_kernel = [&](auto kernel, const char* what, int64_t grid, size_t shared) {
@@ -51,7 +42,7 @@ void run(Timer& timer, int sms, int64_t rows, int64_t n, const char* dtype_name)
     const float us = timer.median_us([&] { kernel<<<grid, threads, shared>>>(a); });
     std::printf("| %s | %s | (%lld, %lld) | %s: %d x %d, %d an SM | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n",
                 Math::kCentered ? "layer_norm" : "rms_norm", dtype_name, (long long)rows, (long long)n, what, threads,
-                kPacks, per_sm, copy, launcher, us, copy / launcher, copy / us, max_diff(copy_out, a.y, rows * n));
+                kPacks, per_sm, copy, launcher, us, copy / launcher, copy / us, largest_difference(a.y, launcher_y));
   };
   const size_t walk_shared = size_t(kPacks) * threads *
                              (sizeof(WalkWeight<T, kVec, Math>) + (Math::kCentered ? sizeof(VecN<T, kVec>) : 0));

@@ -15,16 +15,6 @@
 
 using namespace fastreduce;
 
-template <typename T>
-float max_diff(const T* a, const T* b, int64_t count) {
-  std::vector<T> ha(count), hb(count);
-  CHECK(cudaMemcpy(ha.data(), a, count * sizeof(T), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(hb.data(), b, count * sizeof(T), cudaMemcpyDeviceToHost));
-  float worst = 0;
-  for (int64_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(float(ha[i]) - float(hb[i])));
-  return worst;
-}
-
 // A lean row a warp for the comparison (bf16, 16-byte packs): the row's packs
 // converted once into floats, mean and variance in two passes over the
 // registers (as Inductor's persistent reduction), parameters loaded after the
@@ -160,7 +150,8 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
   const int64_t moved = (fused_add ? 2 : 1) * buffers.bytes();
   const float copy = timer.copy_us(copy_in, copy_out, moved);
   const float launcher = timer.median_us([&] { CHECK(norm_forward(shape, io, double(A(1e-5)), nullptr)); });
-  CHECK(cudaMemcpy(copy_out, a.y, buffers.bytes(), cudaMemcpyDeviceToDevice));
+  std::vector<T> launcher_y(rows * n);
+  CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
   const char* name = fused_add ? (Math::kCentered ? "add_layer_norm" : "add_rms_norm")
                                : (Math::kCentered ? "layer_norm" : "rms_norm");
 
@@ -174,7 +165,7 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
     const float us = timer.median_us([&] { kernel<<<grid, threads>>>(a); });
     std::printf("| %s | %s | (%lld, %lld) | %s: %d x %d, %d regs, %d an SM | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n",
                 name, dtype, (long long)rows, (long long)n, what, threads, packs, attributes.numRegs, per_sm, copy, launcher,
-                us, copy / launcher, copy / us, max_diff(copy_out, a.y, rows * n));
+                us, copy / launcher, copy / us, largest_difference(a.y, launcher_y));
   };
   // A row a block: the fewest whole warps that hold the row at kPacks a thread.
   auto block_rows = [&](auto packs) {
