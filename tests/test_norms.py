@@ -123,7 +123,7 @@ def test_statistics_whatever_the_first_value(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 12000, 262144])
+@pytest.mark.parametrize("n", [768, 1000, 12000, 262144])
 def test_rows_with_values_far_out(device, dtype, n):
     # Single values 10^3-10^4 deviations out (the massive activations of
     # LLMs' hidden states), first, mid-row, last, or many of 300: every
@@ -142,7 +142,7 @@ def test_rows_with_values_far_out(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [260, 768, 2049, 4096, 65536])
+@pytest.mark.parametrize("n", [260, 768, 1000, 2049, 4096, 65536])
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 1.0])
 def test_rows_whose_squares_overflow(device, dtype, n, eps):
     # Values of 1e30: the sum of squared deviations overflows float, so the
