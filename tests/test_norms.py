@@ -142,7 +142,7 @@ def test_rows_with_values_far_out(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [260, 768, 1000, 2049, 4096, 65536])
+@pytest.mark.parametrize("n", [260, 768, 1000, 1600, 2049, 4096, 65536])
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 1.0])
 def test_rows_whose_squares_overflow(device, dtype, n, eps):
     # Values of 1e30: the sum of squared deviations overflows float, so the
@@ -437,21 +437,26 @@ def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n", [776, 1000, 1024])
-@pytest.mark.parametrize("with_weight, with_bias", [(False, False), (True, False), (False, True), (True, True)])
-def test_half_layer_norm_rows_of_four_packs_each_parameter(device, dtype, n, with_weight, with_bias):
-    # Two-byte layer_norm rows of four 16-byte packs a lane (769-1024 wide)
-    # run in registers on the GPU, a warp a row, loading the parameters pack
-    # by pack (776 and 1000: the last pack group short of the warp); forward
-    # and backward with each combination of weight and bias. The fused add of
-    # such rows: test_add_norm_forward_and_backward at 1000.
+@pytest.mark.parametrize("n", [520, 776, 1000, 1024, 1288, 1600, 1792])
+@pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
+                                                        ("layer", False, True), ("layer", True, True),
+                                                        ("rms", False, False), ("rms", True, False)])
+def test_half_rows_a_warp_each_parameter(device, dtype, n, kind, with_weight, with_bias):
+    # Two-byte rows of three to seven 16-byte packs a lane (513-1792 wide)
+    # without a residual run in registers on the GPU, a warp a row, loading
+    # the parameters pack by pack (520, 776, 1000, 1288: the last pack group
+    # short of the warp); forward and backward with each combination of weight
+    # and bias (rms_norm: the weight).
     rows = 45
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
     w = torch.randn(n, device=device).to(dtype) if with_weight else None
     b = torch.randn(n, device=device).to(dtype) if with_bias else None
     g = torch.randn(rows, n, device=device).to(dtype)
-    outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c), lambda t, v, c: F.layer_norm(t, [n], v, c),
-                            (x, w, b), (g,))
+    if kind == "layer":
+        outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c), lambda t, v, c: F.layer_norm(t, [n], v, c),
+                                (x, w, b), (g,))
+    else:
+        outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
 
 
 @requires_cuda

@@ -265,8 +265,11 @@ constexpr int forward_min_blocks() {
 // SM (bench/micro/short_rows.cu).
 enum class ParamLoads { kPerPack, kBeforeOutput, kWithRow };
 
+// kResidual: compiled with the fused add (a.residual may be given). Without
+// it, two-byte warp rows of seven packs take 58 registers instead of 82 (the
+// add's packs and the row's are live together there).
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false,
-          ParamLoads kParams = ParamLoads::kPerPack>
+          ParamLoads kParams = ParamLoads::kPerPack, bool kResidual = true>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
@@ -341,7 +344,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       const int64_t next = threads.row + row_groups;
       if (next < a.rows) load_x(next, ahead);
     };
-    if (a.residual) {
+    if (kResidual && a.residual) {
       Pack adds[kPacks];
       load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
 #pragma unroll

@@ -118,10 +118,34 @@ cudaError_t add_residual_first(NormForwardArgs<T>& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Two-byte rows without a residual, 16-byte aligned, of 3 to kHalfWarpPacksMax
+// packs a lane (513-1792 wide): a warp a row in registers, the parameters
+// loaded pack by pack and the add's code compiled out (58 registers at seven
+// packs, not 82). H200, bf16, µs, against the staged warp rows (up to 1024)
+// and the one-row blocks: layer_norm (32768, 1024) 37.2 -> 34.6, (16384,
+// 1280) 25.8 -> 23.4, (8192, 1600) 18.5 -> 16.9, (8192, 768) 10.4 both;
+// rms_norm (8192, 768) 9.6 -> 9.0, (32768, 1024) 34.6 -> 33.4, (16384, 1280)
+// 22.7 -> 21.9, (8192, 1600) 15.9 -> 16.1; at eight packs (2048) 1-2% either
+// way, so those stay in blocks (bench/micro/short_rows.cu). Rows of up to two
+// packs a lane were not measured and stay staged.
+constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
+
 template <typename T, typename Math>
 cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   using A = opmath_t<T>;
   const int64_t n = a.n;
+  if constexpr (sizeof(T) == 2) {
+    constexpr int kVec = Vec16<T>::kSize;
+    const int64_t packs = ceil_div(n, int64_t(kWarpSize) * kVec);
+    if (!a.residual && packs >= kHalfWarpPacksMin && packs <= kHalfWarpPacksMax &&
+        packable<T>(n, {a.x, a.y, a.weight, a.bias}))
+      return with_exact_count(packs, std::integer_sequence<int, 3, 4, 5, 6, 7>{}, [&](auto count) {
+        constexpr int kPacks = decltype(count)::value;
+        return launch_warp_rows(
+            norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, false>, a.rows,
+            stream, std::make_tuple(a), 4);
+      });
+  }
   auto block_rows = [&] {
     if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
     return launch_block_rows(norm_forward_block_kernel<T, Math>, 1, sizeof(A), a.rows, n, stream,
@@ -157,8 +181,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           // parameters; layer_norm's only in blocks of up to 128 threads
           // (its registers drop 512-thread blocks to one an SM: bf16 (8192,
           // 16384) 178 -> 235 µs; 256-thread ones to three). H100, bf16:
-          // layer_norm (8192, 1600) 20.2 -> 19.7 µs, (8192, 4096) 44.9 ->
-          // 43.8, rms_norm (4096, 32768) 186.5 -> 181.0 (NOTES.md).
+          // layer_norm (8192, 4096) 44.9 -> 43.8 µs, rms_norm (4096, 32768)
+          // 186.5 -> 181.0 (NOTES.md).
           // layer_norm's element-wise rows past 1024 take 512 threads.
           constexpr bool kMayPreload = sizeof(T) == 2 && kPacks <= 4 && !kWalk;
           if constexpr (kMayPreload && !Math::kCentered) {
@@ -181,26 +205,23 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         std::make_tuple(a), block_rows, (weight_bytes + bias_bytes) * kRowThreadsMax, staged_bytes);
   }
   // Float rows in registers: about 93 registers at width 768, so four-warp
-  // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows in
-  // registers leave too few bytes in flight per SM (staging keeps more)
-  // unless the residual add is fused, which staging cannot do, or they are
-  // layer_norm's rows of four 16-byte packs a lane (769-1024 wide); double
-  // rows would not fit in registers. Two-byte layer_norm rows load their
-  // parameters pack by pack (H200, bf16, µs: layer_norm (32768, 1024) staged
-  // 37.2, parameters with the row 36.3, pack by pack 34.6; add_layer_norm
-  // (32768, 1024) 68.6 -> 67.4, (8192, 768) 15.9 -> 15.6; rms_norm's and the
-  // float rows' gain nothing or lose: bench/micro/short_rows.cu).
+  // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows with
+  // the residual add in registers too (staging cannot fuse it; those without
+  // it: above), layer_norm's loading its parameters pack by pack
+  // (add_layer_norm bf16 (32768, 1024) 68.6 -> 67.4 µs, (8192, 768) 15.9 ->
+  // 15.6; rms_norm's and the float rows' gain nothing or lose:
+  // bench/micro/short_rows.cu). Double rows would not fit in registers.
   constexpr bool kHalfType = sizeof(T) == 2;
   constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kPerPack : ParamLoads::kWithRow;
-  const bool four_pack_layer_rows = kHalfType && Math::kCentered && packable<T>(n, {a.x, a.y, a.weight, a.bias}) &&
-                                    ceil_div(n, int64_t(kWarpSize) * Vec16<T>::kSize) == 4;
-  if (std::is_same_v<T, float> || (kHalfType && a.residual) || four_pack_layer_rows)
+  if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;
       return launch_warp_rows(
           norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math, false, kParams>, a.rows,
           stream, std::make_tuple(a), 4);
     });
+  // Other two-byte rows (unaligned, or up to two packs a lane) and double rows:
+  // staged in shared memory, which keeps more bytes in flight than registers.
   if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
   return with_vec<T>(n, {a.x, a.y, a.weight, a.bias}, [&](auto vec) {
     return launch_staged_rows(norm_forward_staged_kernel<T, decltype(vec)::value, Math>, a.rows, n, sizeof(T),

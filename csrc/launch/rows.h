@@ -94,6 +94,14 @@ cudaError_t with_count(int64_t n, std::integer_sequence<int, kCounts...>, F&& f)
   return result;
 }
 
+// Calls f(kCount) (an integral constant) for the one of kCounts equal to count.
+template <int... kCounts, typename F>
+cudaError_t with_exact_count(int64_t count, std::integer_sequence<int, kCounts...>, F&& f) {
+  cudaError_t result = cudaErrorInvalidValue;
+  ((count == kCounts && (result = f(std::integral_constant<int, kCounts>{}), true)) || ...);
+  return result;
+}
+
 // Whether every row of n elements of every buffer starts 16-byte aligned and
 // n is a whole number of 16-byte packs (null buffers do not count).
 template <typename T>
