@@ -1,10 +1,11 @@
-// The norm forward of short rows (768-1600 wide, with and without the fused
+// The norm forward of short rows (768-2048 wide, with and without the fused
 // add), where torch.compile's persistent reduction (a row a one-warp program,
 // the row in registers) beat the launcher's staged two-byte warp rows by 4-13%
 // (bench/peers.py). Times the launcher against the register kernels: a row a
 // block of `threads` threads holding kPacks packs each, with and without
 // preloaded parameters, and a row a warp with its parameters loaded with the
-// row or pack by pack (and, for bf16, a lean kernel of the probe's own).
+// row or pack by pack, with and without the add's code (kResidual), and, for
+// bf16, a lean kernel of the probe's own.
 // Prints µs, the copy of the same bytes, and the largest |y| difference from
 // the launcher's output. bash bench/micro/run.sh short_rows
 #include <cuda_bf16.h>
@@ -192,6 +193,12 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
     };
     both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kWithRow>, "row a warp, with row");
     both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack>, "row a warp, per pack");
+    if (!fused_add) {
+      both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kWithRow, false>,
+           "row a warp, with row, no add");
+      both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, false>,
+           "row a warp, per pack, no add");
+    }
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       if (fused_add) {
         both(lean_rows<kPacks, Math::kCentered, true>, "lean warp");
@@ -208,7 +215,9 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
   } else {
     warp_rows(std::integral_constant<int, 3>{});
     warp_rows(std::integral_constant<int, 4>{});
+    warp_rows(std::integral_constant<int, 5>{});
     warp_rows(std::integral_constant<int, 7>{});
+    warp_rows(std::integral_constant<int, 8>{});
   }
   CHECK(cudaFree(copy_in));
   CHECK(cudaFree(copy_out));
@@ -223,7 +232,7 @@ int main() {
   std::printf(
       "| norm | dtype | shape | kernel: threads x packs | copy µs | launcher µs | kernel µs | launcher of copy | kernel "
       "of copy | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|\n");
-  const std::pair<int64_t, int64_t> shapes[] = {{8192, 768}, {8192, 1600}, {32768, 1024}};
+  const std::pair<int64_t, int64_t> shapes[] = {{8192, 768}, {32768, 1024}, {16384, 1280}, {8192, 1600}, {8192, 2048}};
   for (bool fused_add : {false, true})
     for (auto [rows, n] : shapes) {
       run<__nv_bfloat16, LayerNormMath>(timer, rows, n, fused_add);
