@@ -21,9 +21,11 @@ using namespace fastreduce;
 // registers (as Inductor's persistent reduction), parameters loaded after the
 // reduction. L2 hints (x evict_first and no L1 allocation, parameters
 // evict_last) made it 12-20% slower on the H200.
-// kVariant: 0 as above; 1 parameters loaded with x; 3 the shifted one-pass
-// variance (row_rstd). (Converting x again in the output pass: no change.)
-template <int kPacks, bool kCentered, bool kResidual, int kVariant = 0>
+// kParamsEarly: the parameters loaded with x instead; kShifted: the shifted
+// one-pass variance (row_rstd) instead. (Converting x again in the output
+// pass: no change.)
+enum class Lean { kTwoPass, kParamsEarly, kShifted };
+template <int kPacks, bool kCentered, bool kResidual, Lean kVariant = Lean::kTwoPass>
 __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> a) {
   using T = __nv_bfloat16;
   const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> 
   const int64_t offset = row * a.n;
   float v[kPacks][8];
   uint4 ws[kPacks], bs[kPacks];
-  if constexpr (kVariant == 1) {
+  if constexpr (kVariant == Lean::kParamsEarly) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int g = p * kWarpSize + lane;
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> 
     for (int j = 0; j < 8; ++j) v[p][j] = word_element<T>(w, j);
   }
   float mean = 0, rstd;
-  if constexpr (kVariant == 3) {
+  if constexpr (kVariant == Lean::kShifted) {
     rstd = row_rstd<kCentered>(
         a.n, a.eps, __shfl_sync(kFullMask, v[0][0], 0),
         [&](auto f) {
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> 
     const int g = p * kWarpSize + lane;
     if (g >= groups) continue;
     uint4 w = ws[p], b{};
-    if constexpr (kVariant != 1) {
+    if constexpr (kVariant != Lean::kParamsEarly) {
       w = *reinterpret_cast<const uint4*>(a.weight + g * 8);
       if constexpr (kCentered) b = *reinterpret_cast<const uint4*>(a.bias + g * 8);
     } else if constexpr (kCentered) {
@@ -204,8 +206,8 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
         both(lean_rows<kPacks, Math::kCentered, true>, "lean warp");
       } else {
         both(lean_rows<kPacks, Math::kCentered, false>, "lean warp");
-        both(lean_rows<kPacks, Math::kCentered, false, 1>, "lean warp, parameters early");
-        both(lean_rows<kPacks, Math::kCentered, false, 3>, "lean warp, shifted one pass");
+        both(lean_rows<kPacks, Math::kCentered, false, Lean::kParamsEarly>, "lean warp, parameters early");
+        both(lean_rows<kPacks, Math::kCentered, false, Lean::kShifted>, "lean warp, shifted one pass");
       }
     }
   };
