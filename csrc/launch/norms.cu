@@ -133,8 +133,9 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 template <typename T, typename Math>
 cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   using A = opmath_t<T>;
+  constexpr bool kHalfType = sizeof(T) == 2;
   const int64_t n = a.n;
-  if constexpr (sizeof(T) == 2) {
+  if constexpr (kHalfType) {
     constexpr int kVec = Vec16<T>::kSize;
     const int64_t packs = ceil_div(n, int64_t(kWarpSize) * kVec);
     if (!a.residual && packs >= kHalfWarpPacksMin && packs <= kHalfWarpPacksMax &&
@@ -211,7 +212,6 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // (add_layer_norm bf16 (32768, 1024) 68.6 -> 67.4 µs, (8192, 768) 15.9 ->
   // 15.6; rms_norm's and the float rows' gain nothing or lose:
   // bench/micro/short_rows.cu). Double rows would not fit in registers.
-  constexpr bool kHalfType = sizeof(T) == 2;
   constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kPerPack : ParamLoads::kWithRow;
   if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
