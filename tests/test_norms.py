@@ -731,14 +731,15 @@ def test_add_norm_forward_and_backward(device, dtype, n, kind):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [4096, 8192])
+@pytest.mark.parametrize("n", [1000, 4096, 8192])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_add_norm_backward_walking_rows(dtype, n, kind):
-    # 700 rows: each block of the backward walks several, summing the
-    # parameter gradients on the way and adding each row's residual
-    # gradient to its dx (with the next row's x and dy staged in shared
-    # memory where the SM has room: all but float32 8192).
-    check_add_norm("cuda", dtype, 700, n, kind)
+    # Each warp (1000 wide, 5000 rows) or block (700 rows) of the backward
+    # walks several rows, summing the parameter gradients on the way and
+    # adding each row's residual gradient to its dx, two-byte rows from
+    # their shared-memory stage (with the next row's x and dy staged too in
+    # blocks where the SM has room: all but float32 8192).
+    check_add_norm("cuda", dtype, 5000 if n <= 1024 else 700, n, kind)
 
 
 def check_add_norm(device, dtype, rows, n, kind):

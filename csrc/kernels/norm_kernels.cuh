@@ -505,8 +505,19 @@ struct GradientSums {
 // partial_w/partial_b[its index] (warps: their slots folded in warp order,
 // so the sums are bitwise reproducible): x and dy are read once for all
 // three gradients, with no atomics. A fold of the partial rows follows.
-template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
+//
+// kStagedResidual (two-byte rows of 16-byte packs with a residual gradient):
+// each row's residual gradient is copied into the last bytes of dynamic
+// shared memory as the row loads (a row's share for each row group of the
+// block). Read at the store from global memory, each of its loads would wait
+// behind the store before it (dx may alias it, for all the compiler knows);
+// staged, its latency hides behind the reductions.
+template <typename T, int kVec>
+constexpr bool kStagesResidual = sizeof(T) == 2 && sizeof(VecN<T, kVec>) == 16;
+
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kStagedResidual = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lanes_kernel(NormBackwardArgs<T> a) {
+  static_assert(!kStagedResidual || kStagesResidual<T, kVec>, "two-byte rows of 16-byte packs");
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
@@ -556,6 +567,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
     for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < groups ? stage[threads.local(p)] : Pack{};
   };
   if (prefetch && first < last) stage_row(first);
+  const auto staged_residual = [&](int p) {
+    unsigned char* const end = row_cache<unsigned char>(0, 0) + dynamic_shared_bytes();
+    return reinterpret_cast<Pack*>(end) - (slots - slot) * (share / kVec) + threads.local(p);
+  };
   for (threads.row = first; threads.row < last; ++threads.row) {
     const int64_t offset = threads.row * a.n;
     Pack xs[kPacks], gs[kPacks];
@@ -566,6 +581,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
     } else {
       load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, xs);
       load_packs(threads, reinterpret_cast<const Pack*>(a.dy + offset), groups, gs);
+    }
+    if constexpr (kStagedResidual) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (threads.group(p) < groups)
+          copy16_async(staged_residual(p),
+                       reinterpret_cast<const Pack*>(a.grad_residual + offset) + threads.group(p));
+      commit_async_copies();
     }
     const A mu = row_mean<kCentered>(a.mean, threads.row), r = a.rstd[threads.row];
     auto xhat_at = [&](int p, int j) { return (static_cast<A>(xs[p].elem[j]) - mu) * r; };
@@ -590,12 +613,17 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
       mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
     }
     if (prefetch && threads.row + 1 < last) stage_row(threads.row + 1);
+    if constexpr (kStagedResidual) {
+      commit_async_copies();  // the next row's copies, if any: left in flight
+      wait_async_copies_but<1>();
+    }
     Pack* const out = reinterpret_cast<Pack*>(a.dx + offset);
     // The residual gradient: float rows load all its packs at once here,
     // after the reductions (read at the store, each load waits for the
     // store before it, which may alias: float add + norm backwards 5-15%
-    // slower on the H100). Two-byte rows read it at the store: their 4-pack
-    // kernels are at 128 registers already.
+    // slower on the H100). Two-byte rows of 16-byte packs stage it
+    // (kStagedResidual), others read it at the store: their 4-pack kernels
+    // are at 128 registers already.
     constexpr bool kResidualUpFront = std::is_same_v<T, float>;
     Pack residual_packs[kPacks];
     if constexpr (kResidualUpFront) {
@@ -609,6 +637,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
       Pack carried{};
       if (a.grad_residual) {
         if constexpr (kResidualUpFront) carried = residual_packs[p];
+        else if constexpr (kStagedResidual) carried = *staged_residual(p);
         else carried = reinterpret_cast<const Pack*>(a.grad_residual + offset)[g];
       }
       Pack result;

@@ -341,6 +341,20 @@ __device__ __forceinline__ void wait_async_copies() {
 #endif
 }
 
+// The copies issued since the last commit become one group; waiting for all
+// but the newest kPending groups lets a later group (the next row's) fly on.
+__device__ __forceinline__ void commit_async_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wait_async_copies_but() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
 // Copies row[0, count) into the warp's `stage` and returns once every lane's
 // copies have landed: whole packs asynchronously, the rest element-wise.
 template <int kVec, typename T>

@@ -50,15 +50,17 @@ template <typename T>
 constexpr int kBackwardMaxPacks = sizeof(T) == 4 ? 8 : 4;
 
 // `acc`: bytes per accumulator; `vec`: the elements per pack the dx kernel will load (1 where the buffers
-// are not 16-byte packable); `max_packs`: the most packs a thread of its clusters holds.
-ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int max_packs, int sm_count) {
+// are not 16-byte packable); `max_packs`: the most packs a thread of its clusters holds; `residual_stage`:
+// the bytes a warp or one-block row group stages its residual gradient in (residual_stage_bytes).
+ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int max_packs, int sm_count,
+                              size_t residual_stage = 0) {
   auto partial_bytes = [&](int64_t chunks) { return (chunks * n * acc + 255) / 256 * 256; };
   DeviceLimits limits;
   const bool known = device_limits(limits) == cudaSuccess;
   const int per_block = limits.shared_per_block, per_sm = limits.shared_per_sm;
   const size_t slot_bytes = (n * acc + 15) / 16 * 16;  // one row_cache() slot
   if (n <= kWarpRowMax) {
-    const size_t shared = 2 * kWarpRowsPerBlock * slot_bytes;
+    const size_t shared = kWarpRowsPerBlock * (2 * slot_bytes + residual_stage);
     if (known && shared + kStaticSharedBytes <= size_t(per_block)) {
       // Each block also takes the 1 KiB the hardware reserves.
       const int64_t blocks_per_sm =
@@ -67,7 +69,7 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
       return {true, chunks, ceil_div(rows, chunks * kWarpRowsPerBlock), shared, partial_bytes(chunks)};
     }
   } else {
-    const size_t shared = 2 * slot_bytes;
+    const size_t shared = 2 * slot_bytes + residual_stage;
     if (known && block_lane_threads(n / vec) != 0 && shared + kStaticSharedBytes <= size_t(per_block)) {
       const int warps = block_lane_threads(n / vec) / kWarpSize;
       // No more blocks than the SM's shared memory holds: a second wave of
@@ -229,6 +231,20 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   });
 }
 
+// The shared memory a row group (a warp row, or a row of one block) of the
+// two-byte lanes kernels stages the residual gradient in: its row, in
+// 16-byte packs. H200, bf16, backward µs read at the store -> staged
+// (bench/micro/norm_backward.cu): add_rms_norm (8192, 768) 23.0 -> 20.1,
+// (8192, 1600) 48.2 -> 39.4; add_layer_norm 25.2 -> 22.5, 55.4 -> 46.6;
+// forward + backward in bench/peers.py: add_rms_norm (32768, 1024) 153.6 ->
+// 139.0, (4096, 8192) 168.2 -> 153.2; add_layer_norm 162.6 -> 146.6, 182.0
+// -> 166.2. Rows split over clusters read it at the store still.
+template <typename T>
+size_t residual_stage_bytes(int64_t n, int vec, bool residual) {
+  const bool one_group = n <= kWarpRowMax || block_lane_threads(n / vec) != 0;
+  return sizeof(T) == 2 && vec == Vec16<T>::kSize && residual && one_group ? n * sizeof(T) : 0;
+}
+
 template <typename T, typename Math>
 cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad dbias, void* workspace, int sm_count,
                           cudaStream_t stream) {
@@ -236,7 +252,8 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   const int64_t rows = a.rows, n = a.n;
   const std::initializer_list<const void*> buffers = {a.x, a.dy, a.dx, a.weight, a.grad_residual};
   const int vec = packable<T>(n, buffers) ? Vec16<T>::kSize : 1;
-  ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, kBackwardMaxPacks<T>, sm_count);
+  const size_t residual_stage = residual_stage_bytes<T>(n, vec, a.grad_residual != nullptr);
+  ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, kBackwardMaxPacks<T>, sm_count, residual_stage);
   const bool params = dweight.data != nullptr;
   if (params && plan.fused && plan.cluster) {
     // As many chunks as clusters fit at once (fewer than one per SM share
@@ -260,7 +277,8 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   A* const partial_b = dbias.data ? reinterpret_cast<A*>(bytes_base + plan.partial_bytes) : nullptr;
 
   const bool fused = params && plan.fused;
-  const size_t shared = fused ? plan.shared_bytes : 0;
+  const size_t groups_per_block = n <= kWarpRowMax ? kWarpRowsPerBlock : 1;
+  const size_t shared = fused ? plan.shared_bytes : groups_per_block * residual_stage;
   NormBackwardArgs<T> lanes = a;
   lanes.partial_w = fused ? partial_w : nullptr;
   lanes.partial_b = fused ? partial_b : nullptr;
@@ -274,17 +292,23 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   cudaError_t err = cudaSuccess;
   if (n <= kWarpRowMax) {
     err = with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
-      constexpr int kVec = decltype(vec)::value;
-      return launch(norm_backward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math>,
-                    fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
+      constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
+      const int64_t blocks = fused ? plan.chunks : warp_row_blocks(rows);
+      if constexpr (kStagesResidual<T, kVec>)
+        if (residual_stage)
+          return launch(norm_backward_lanes_kernel<T, kPacks, kVec, true, Math, true>, blocks, kWarpRowThreads);
+      return launch(norm_backward_lanes_kernel<T, kPacks, kVec, true, Math>, blocks, kWarpRowThreads);
     });
   } else {
     // Rows past one block run in clusters: a cluster per row, or per
     // chunk of rows when fused.
     err = launch_block_lanes<T, kBackwardMaxPacks<T>>(
         fused ? plan.chunks : rows, shared, n, buffers, stream,
-        [](auto packs, auto vec) {
-          return norm_backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>;
+        [staged = residual_stage != 0](auto packs, auto vec) {
+          constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
+          if constexpr (kStagesResidual<T, kVec>)
+            if (staged) return norm_backward_lanes_kernel<T, kPacks, kVec, false, Math, true>;
+          return norm_backward_lanes_kernel<T, kPacks, kVec, false, Math>;
         },
         std::make_tuple(lanes),
         [&] {
