@@ -51,7 +51,7 @@ constexpr int kBackwardMaxPacks = sizeof(T) == 4 ? 8 : 4;
 
 // `acc`: bytes per accumulator; `vec`: the elements per pack the dx kernel will load (1 where the buffers
 // are not 16-byte packable); `max_packs`: the most packs a thread of its clusters holds; `residual_stage`:
-// the bytes a warp or one-block row group stages its residual gradient in (residual_stage_bytes).
+// the bytes a block stages its rows' residual gradient in (residual_stage_bytes).
 ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int max_packs, int sm_count,
                               size_t residual_stage = 0) {
   auto partial_bytes = [&](int64_t chunks) { return (chunks * n * acc + 255) / 256 * 256; };
@@ -60,7 +60,7 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
   const int per_block = limits.shared_per_block, per_sm = limits.shared_per_sm;
   const size_t slot_bytes = (n * acc + 15) / 16 * 16;  // one row_cache() slot
   if (n <= kWarpRowMax) {
-    const size_t shared = kWarpRowsPerBlock * (2 * slot_bytes + residual_stage);
+    const size_t shared = 2 * kWarpRowsPerBlock * slot_bytes + residual_stage;
     if (known && shared + kStaticSharedBytes <= size_t(per_block)) {
       // Each block also takes the 1 KiB the hardware reserves.
       const int64_t blocks_per_sm =
@@ -231,9 +231,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   });
 }
 
-// The shared memory a row group (a warp row, or a row of one block) of the
-// two-byte lanes kernels stages the residual gradient in: its row, in
-// 16-byte packs. H200, bf16, backward µs read at the store -> staged
+// The shared memory a block of the two-byte lanes kernels stages its rows'
+// residual gradient in (a row a warp, or one row a block), in 16-byte packs.
+// H200, bf16, backward µs read at the store -> staged
 // (bench/micro/norm_backward.cu): add_rms_norm (8192, 768) 23.0 -> 20.1,
 // (8192, 1600) 48.2 -> 39.4; add_layer_norm 25.2 -> 22.5, 55.4 -> 46.6;
 // forward + backward in bench/peers.py: add_rms_norm (32768, 1024) 153.6 ->
@@ -241,8 +241,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
 // -> 166.2. Rows split over clusters read it at the store still.
 template <typename T>
 size_t residual_stage_bytes(int64_t n, int vec, bool residual) {
-  const bool one_group = n <= kWarpRowMax || block_lane_threads(n / vec) != 0;
-  return sizeof(T) == 2 && vec == Vec16<T>::kSize && residual && one_group ? n * sizeof(T) : 0;
+  if (sizeof(T) != 2 || vec != Vec16<T>::kSize || !residual) return 0;
+  if (n <= kWarpRowMax) return kWarpRowsPerBlock * n * sizeof(T);
+  return block_lane_threads(n / vec) != 0 ? n * sizeof(T) : 0;
 }
 
 template <typename T, typename Math>
@@ -277,8 +278,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   A* const partial_b = dbias.data ? reinterpret_cast<A*>(bytes_base + plan.partial_bytes) : nullptr;
 
   const bool fused = params && plan.fused;
-  const size_t groups_per_block = n <= kWarpRowMax ? kWarpRowsPerBlock : 1;
-  const size_t shared = fused ? plan.shared_bytes : groups_per_block * residual_stage;
+  const size_t shared = fused ? plan.shared_bytes : residual_stage;
   NormBackwardArgs<T> lanes = a;
   lanes.partial_w = fused ? partial_w : nullptr;
   lanes.partial_b = fused ? partial_b : nullptr;
