@@ -26,6 +26,7 @@ card's own limit (H100: 3024 GB/s, ANCHORS.md; H200: about 4330).
 
     python3 bench/peers.py [--ops rms_norm,softmax] [--dtypes bfloat16] [--widths 65536] [--append]
                            [--flush write]
+    python3 bench/peers.py --summary docs/results/peers.json
 
 --append adds this run's cells to the last run's JSON (a bench split over
 several calls of a GPU machine) and prints the table of all of them.
@@ -36,6 +37,8 @@ clean lines for free and may still sit in the L2 when it ends. The two
 rank peers differently at short rows (torch.compile's add + layer_norm at
 (8192, 768) bf16: 14.0 µs after a read, 19-20 after a write). Its JSON is
 peers_write_flush.json.
+--summary prints where a saved run's cells stand against the best peer (the
+counts on exact ratios, each cell behind by 5% or more) without running.
 """
 
 from __future__ import annotations
@@ -315,6 +318,26 @@ def ratio(cell: dict, timing: str) -> float | None:
     return min(others) / times["fastreduce"] if others and "fastreduce" in times else None
 
 
+def summary(rows) -> str:
+    """Where the cells stand against the best peer, both timings, on the exact
+    ratios (the table prints them to two places), and the forwards against the
+    copy of their bytes."""
+    def name(c):
+        return f"{c['op']} ({', '.join(map(str, c['shape']))}) {c['dtype']} {c['pass']}"
+
+    lines = []
+    for timing, what in (("kernel_us", "kernel"), ("call_us", "per call")):
+        rated = [(r, c) for c in rows if (r := ratio(c, timing)) is not None]
+        behind = sorted((r, name(c)) for r, c in rated if r < 0.95)
+        lines.append(f"{what}: at or ahead of the best peer in {sum(r >= 1 for r, _ in rated)} of {len(rated)} "
+                     f"cells, within 3% in {sum(r >= 0.97 for r, _ in rated)}, behind by 5% or more in {len(behind)}"
+                     + "".join(f"\n  {r:.3f} {n}" for r, n in behind))
+    forwards = [c for c in rows if c["pass"] == "fwd" and "copy_us" in c and c["kernel_us"].get("fastreduce")]
+    near_copy = sum(c["copy_us"]["kernel"] / c["kernel_us"]["fastreduce"] >= 0.95 for c in forwards)
+    lines.append(f"forwards at >= 95% of the copy of their bytes (kernel): {near_copy} of {len(forwards)}")
+    return "\n".join(lines) + "\n"
+
+
 def table(rows) -> str:
     def fmt(v):
         return "" if v is None else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
@@ -347,7 +370,12 @@ def main():
     parser.add_argument("--widths", help="only the shapes of these row widths, e.g. 65536,262144")
     parser.add_argument("--append", action="store_true")
     parser.add_argument("--flush", choices=["read", "write"], default="read")
+    parser.add_argument("--summary", metavar="JSON", help="print where a saved run's cells stand, and exit")
     args = parser.parse_args()
+    if args.summary:
+        with open(args.summary) as f:
+            print(summary(json.load(f)["cells"]), end="")
+        return
     torch._dynamo.config.cache_size_limit = 256
     torch._dynamo.config.accumulated_cache_size_limit = 4096
     lg = liger()
@@ -374,6 +402,7 @@ def main():
         save_json(name, {"environment": env, "cells": rows, "markdown": text})
     print(header(env))
     print(text)
+    print(summary(rows), end="")
 
 
 if __name__ == "__main__":
