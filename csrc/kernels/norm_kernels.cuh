@@ -567,6 +567,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
     for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < groups ? stage[threads.local(p)] : Pack{};
   };
   if (prefetch && first < last) stage_row(first);
+  // Its address recomputed at each use: held through the row, it cost the
+  // four-pack layer_norm kernels a spill.
   const auto staged_residual = [&](int p) {
     unsigned char* const end = row_cache<unsigned char>(0, 0) + dynamic_shared_bytes();
     return reinterpret_cast<Pack*>(end) - (slots - slot) * (share / kVec) + threads.local(p);

@@ -241,9 +241,18 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
 // -> 166.2. Rows split over clusters read it at the store still.
 template <typename T>
 size_t residual_stage_bytes(int64_t n, int vec, bool residual) {
-  if (sizeof(T) != 2 || vec != Vec16<T>::kSize || !residual) return 0;
+  if (!kStagesResidual<T, Vec16<T>::kSize> || vec != Vec16<T>::kSize || !residual) return 0;
   if (n <= kWarpRowMax) return kWarpRowsPerBlock * n * sizeof(T);
   return block_lane_threads(n / vec) != 0 ? n * sizeof(T) : 0;
+}
+
+// The lanes backward, staging its residual gradient where the launch gives it
+// room (`staged`: residual_stage_bytes is not 0).
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
+auto backward_lanes_kernel(bool staged) {
+  if constexpr (kStagesResidual<T, kVec>)
+    if (staged) return norm_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, true>;
+  return norm_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math>;
 }
 
 template <typename T, typename Math>
@@ -293,11 +302,8 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
   if (n <= kWarpRowMax) {
     err = with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
-      const int64_t blocks = fused ? plan.chunks : warp_row_blocks(rows);
-      if constexpr (kStagesResidual<T, kVec>)
-        if (residual_stage)
-          return launch(norm_backward_lanes_kernel<T, kPacks, kVec, true, Math, true>, blocks, kWarpRowThreads);
-      return launch(norm_backward_lanes_kernel<T, kPacks, kVec, true, Math>, blocks, kWarpRowThreads);
+      return launch(backward_lanes_kernel<T, kPacks, kVec, true, Math>(residual_stage != 0),
+                    fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
   } else {
     // Rows past one block run in clusters: a cluster per row, or per
@@ -305,10 +311,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
     err = launch_block_lanes<T, kBackwardMaxPacks<T>>(
         fused ? plan.chunks : rows, shared, n, buffers, stream,
         [staged = residual_stage != 0](auto packs, auto vec) {
-          constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
-          if constexpr (kStagesResidual<T, kVec>)
-            if (staged) return norm_backward_lanes_kernel<T, kPacks, kVec, false, Math, true>;
-          return norm_backward_lanes_kernel<T, kPacks, kVec, false, Math>;
+          return backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>(staged);
         },
         std::make_tuple(lanes),
         [&] {
