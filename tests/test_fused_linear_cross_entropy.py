@@ -135,6 +135,25 @@ def test_special_values_like_torch(device, special):
     torch.testing.assert_close(got[finite], expected[finite], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_one_class_gradients_are_zero(device, label_smoothing):
+    # One class: every row's softmax is 1, so torch's gradients are exactly 0
+    # even for huge activations and gradients (an ulp of g * (1 - eps) left
+    # over made them +-inf in the weight's gradient).
+    hidden = (torch.randn(7, 16, device=device) * 1e30).requires_grad_()
+    weight = torch.randn(1, 16, device=device, requires_grad=True)
+    target = torch.zeros(7, dtype=torch.long, device=device)
+    grad_out = torch.randn(7, device=device) * 2e30
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target, reduction="none", label_smoothing=label_smoothing)
+    grads = torch.autograd.grad(loss, (hidden, weight), grad_out)
+    expected = F.cross_entropy(F.linear(hidden, weight), target, reduction="none", label_smoothing=label_smoothing)
+    want = torch.autograd.grad(expected, (hidden, weight), grad_out)
+    for got, w in zip(grads, want):
+        assert torch.equal(w, torch.zeros_like(w))
+        assert torch.equal(got, w)
+
+
 @requires_cuda
 @pytest.mark.cuda
 def test_mixed_devices_are_refused():

@@ -317,6 +317,29 @@ def test_cross_entropy_gradient_in_forward_edges(device, reduction):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("return_lse", [True, False])  # False: the gradient comes from the forward
+def test_cross_entropy_one_class_gradient_is_zero(device, dtype, reduction, smoothing, return_lse):
+    # One class: the target is the whole row, so torch's gradient is exactly
+    # 0 whatever the incoming gradient's size; an ulp of it left over would
+    # be huge for huge gradients.
+    logits = (torch.randn(9, 1, device=device) * 1e30).to(dtype)
+    target = torch.zeros(9, dtype=torch.long, device=device)
+    target[2] = -100
+    grad_out = torch.randn(9 if reduction == "none" else (), device=device) * 3e30
+    x, x_ref = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    out = fr.cross_entropy(x, target, reduction=reduction, label_smoothing=smoothing, return_lse=return_lse)
+    loss = out[0] if return_lse else out
+    loss_ref = F.cross_entropy(x_ref, target, reduction=reduction, label_smoothing=smoothing)
+    loss.backward(grad_out.to(dtype))
+    loss_ref.backward(grad_out.to(dtype))
+    assert torch.equal(x_ref.grad, torch.zeros_like(x_ref.grad))
+    assert torch.equal(x.grad, x_ref.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_z_loss_gradient(device):
     logits = torch.randn(8, 100, device=device, dtype=torch.float64, requires_grad=True)
     target = torch.randint(0, 100, (8,), device=device)

@@ -11,6 +11,7 @@
 
 #include "../torch/common.h"
 #include "../torch/kernels.h"
+#include "../kernels/cross_entropy_target.h"
 #include "vec.h"
 
 namespace fastreduce {
@@ -141,9 +142,9 @@ void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuff
       const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
       const A* row = cpu::widen(xs + r * classes, classes, buffer);
       A* out = std::is_same_v<T, A> ? reinterpret_cast<A*>(dxs + r * classes) : out_buffer.data();
-      write_gradient_row(row, classes, g + (grad_lses ? grad_lses[r] : A(0)), gradient_shift(lses[r]),
-                         g * smoothing / static_cast<A>(classes), out);
-      if (t != args.ignore_index) out[t] -= g * (A(1) - smoothing);
+      const A smooth = g * smoothing / static_cast<A>(classes);
+      write_gradient_row(row, classes, g + (grad_lses ? grad_lses[r] : A(0)), gradient_shift(lses[r]), smooth, out);
+      if (t != args.ignore_index) out[t] -= target_hit(g, smoothing, classes, smooth);
       cpu::narrow(out, dxs + r * classes, classes);
     }
   });
@@ -184,8 +185,9 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
       } else {
         check_class(t, classes, args.op);
         losses[r] = row_loss_of(row, classes, t, top, log_sum, smoothing);
-        write_gradient_row(row, classes, g, gradient_shift(lses[r]), g * smoothing / static_cast<A>(classes), out);
-        out[t] -= g * (A(1) - smoothing);
+        const A smooth = g * smoothing / static_cast<A>(classes);
+        write_gradient_row(row, classes, g, gradient_shift(lses[r]), smooth, out);
+        out[t] -= target_hit(g, smoothing, classes, smooth);
       }
       cpu::narrow(out, dxs + r * classes, classes);
     }

@@ -15,6 +15,7 @@
 
 #include <limits>
 
+#include "cross_entropy_target.h"
 #include "row_io.cuh"
 #include "row_math.cuh"
 
@@ -194,7 +195,7 @@ struct RowGradient {
       : shift(isinf(lse) && lse > A(0) ? std::numeric_limits<A>::quiet_NaN() : lse),
         soft(soft_),
         smooth(g * a.smoothing / static_cast<A>(a.classes)),
-        hit(g * (A(1) - a.smoothing)),
+        hit(target_hit(g, a.smoothing, a.classes, smooth)),
         t(target) {}
   // The gradient of the row's pack i. The target is looked for once a pack
   // (a 64-bit compare an element took a third of the loop's instructions);
