@@ -3,6 +3,8 @@ add_rms_norm) against float64 references and torch, forward and backward,
 every option; gradcheck, opcheck, compile, autocast, modules, patch and
 CUDA graphs. Softmax: test_softmax.py; cross-entropy: test_losses.py."""
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -748,7 +750,7 @@ def check_add_norm(device, dtype, rows, n, kind):
     shape = [n]
     x = torch.randn(rows, n, device=device).to(dtype)
     r = (torch.randn(rows, n, device=device) * 2).to(dtype)
-    options = [(True, True), (True, False), (False, False)] if kind == "layer" else [(True, False), (False, False)]
+    options = list(itertools.product([True, False], repeat=2)) if kind == "layer" else [(True, False), (False, False)]
     for with_weight, with_bias in options:
         w = torch.randn(n, device=device).to(dtype) if with_weight else None
         b = torch.randn(n, device=device).to(dtype) if with_bias else None

@@ -262,8 +262,11 @@ constexpr int forward_min_blocks() {
 // only where the blocks an SM stay. kWithRow (warp rows): with the row, before
 // the reduction, their latency behind the row's; it holds them in registers
 // through the reduction, which two-byte rows of four packs pay for in blocks an
-// SM (bench/micro/short_rows.cu).
-enum class ParamLoads { kPerPack, kBeforeOutput, kWithRow };
+// SM (bench/micro/short_rows.cu). kAhead: per pack, pack p + 1's loaded before
+// pack p's arithmetic and store, so that each waits behind that arithmetic
+// instead of a store (one pack's parameters more in registers;
+// bench/micro/param_loads.cu).
+enum class ParamLoads { kPerPack, kAhead, kBeforeOutput, kWithRow };
 
 // kResidual: compiled with the fused add (a.residual may be given). Without
 // it, two-byte warp rows of seven packs take 58 registers instead of 82 (the
@@ -403,6 +406,9 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         shifts[p] = kCentered && a.bias ? slots.bias[threads.local(p)] : Pack{};
       } else if constexpr (kParams == ParamLoads::kPerPack) {
         load_params(p);
+      } else if constexpr (kParams == ParamLoads::kAhead) {
+        if (p == 0) load_params(0);
+        if (p + 1 < kPacks && threads.group(p + 1) < groups) load_params(p + 1);
       }
       Pack result;
 #pragma unroll

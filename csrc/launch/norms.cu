@@ -210,11 +210,12 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows with
   // the residual add in registers too (staging cannot fuse it; those without
-  // it: above), layer_norm's loading its parameters pack by pack
-  // (add_layer_norm bf16 (32768, 1024) 68.6 -> 67.4 µs, (8192, 768) 15.9 ->
-  // 15.6; rms_norm's and the float rows' gain nothing or lose:
-  // bench/micro/short_rows.cu). Double rows would not fit in registers.
-  constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kPerPack : ParamLoads::kWithRow;
+  // it: above), layer_norm's loading its parameters a pack ahead of each
+  // store (H200, add_layer_norm bf16, µs: with the row -> per pack -> ahead,
+  // (8192, 768) 16.0 -> 15.7 -> 15.1-15.3, (32768, 1024) 68.1 -> 67.4 -> 66.8;
+  // rms_norm's and the float rows' ahead gain nothing or lose:
+  // bench/micro/param_loads.cu). Double rows would not fit in registers.
+  constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kAhead : ParamLoads::kWithRow;
   if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;

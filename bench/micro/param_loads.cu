@@ -1,0 +1,114 @@
+// When the norm forward's register kernels load their weight and bias packs,
+// at the shapes where bench/peers.py finds the forward behind a peer. Each
+// pack's parameters loaded just before its store (kPerPack) wait behind the
+// store before it, pack after pack; kAhead loads pack p + 1's before pack
+// p's store; kBeforeOutput (block rows) all of them after the reduction;
+// kWithRow (warp rows) all of them with the row. Times each against the
+// launcher, at the launcher's block size, and prints µs, registers, blocks
+// an SM, the copy of the same bytes, and the largest |y| difference from the
+// launcher's output. bash bench/micro/run.sh param_loads
+#include <cuda_bf16.h>
+
+#include "../../csrc/launch/norms.h"
+#include "../../csrc/launch/rows.h"
+#include "norm_rows.cuh"
+
+using namespace fastreduce;
+
+template <typename T, typename Math, int kPacks, bool kWarpRows>
+void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
+  using A = opmath_t<T>;
+  constexpr int kVec = Vec16<T>::kSize;
+  const NormRows<T, Math> buffers(rows, n, rows);
+  NormForwardArgs<T> a = buffers.args;
+  T *residual = nullptr, *residual_out = nullptr, *copy_in, *copy_out;
+  if (fused_add) {
+    CHECK(cudaMalloc(&residual, buffers.bytes()));
+    CHECK(cudaMalloc(&residual_out, buffers.bytes()));
+    fill_uniform<<<1024, 256>>>(residual, rows * n, 4u, -1.0f, 2.0f);
+    a.residual = residual, a.residual_out = residual_out;
+  }
+  const NormShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, n,
+                        Math::kCentered ? NormKind::Layer : NormKind::Rms, "probe"};
+  const NormForwardBuffers<> io{a.x, residual, a.weight, a.bias, a.y, residual_out,
+                                Math::kCentered ? a.mean : nullptr, a.rstd};
+  // The fused add moves twice the bytes: x and the residual in, h and y out.
+  const int64_t moved = (fused_add ? 2 : 1) * buffers.bytes();
+  CHECK(cudaMalloc(&copy_in, moved));
+  CHECK(cudaMalloc(&copy_out, moved));
+  const float copy = timer.copy_us(copy_in, copy_out, moved);
+  const float launcher = timer.median_us([&] { CHECK(norm_forward(shape, io, double(A(1e-5)), nullptr)); });
+  std::vector<T> launcher_y(rows * n);
+  CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
+  const char* name = fused_add ? (Math::kCentered ? "add_layer_norm" : "add_rms_norm")
+                               : (Math::kCentered ? "layer_norm" : "rms_norm");
+  const char* dtype = std::is_same_v<T, float> ? "float32" : "bfloat16";
+  // Warp rows in the launcher's blocks of four; block rows of the fewest
+  // threads holding four packs each, rms_norm's two-byte ones with room to
+  // stage their weight.
+  const int threads = kWarpRows ? 4 * kWarpSize : rows::block_lane_threads(n / kVec);
+  const int64_t grid = kWarpRows ? ceil_div(rows, int64_t(4)) : rows;
+  const size_t shared = !kWarpRows && kStagesWeight<T, Math> ? size_t(kPacks) * threads * 16 : 0;
+  auto time_kernel = [&](auto kernel, const char* what) {
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
+    cudaFuncAttributes attributes;
+    CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    CHECK(cudaMemset(a.y, 0, buffers.bytes()));
+    const float us = timer.median_us([&] { kernel<<<grid, threads, shared>>>(a); });
+    std::printf("| %s | %s | (%lld, %lld) | %s %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n", name,
+                dtype, (long long)rows, (long long)n, kWarpRows ? "warp" : "block", threads, kPacks, what,
+                attributes.numRegs, per_sm, copy, launcher, us, launcher / us, largest_difference(a.y, launcher_y));
+  };
+  auto variant = [&](auto loads, const char* what) {
+    constexpr ParamLoads kLoads = decltype(loads)::value;
+    if (fused_add)
+      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, true>, what);
+    else
+      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, false>, what);
+  };
+  using Loads = ParamLoads;
+  variant(std::integral_constant<Loads, Loads::kPerPack>{}, "per pack");
+  variant(std::integral_constant<Loads, Loads::kAhead>{}, "ahead");
+  if constexpr (kWarpRows) variant(std::integral_constant<Loads, Loads::kWithRow>{}, "with row");
+  else variant(std::integral_constant<Loads, Loads::kBeforeOutput>{}, "before output");
+  CHECK(cudaFree(copy_in));
+  CHECK(cudaFree(copy_out));
+  if (fused_add) {
+    CHECK(cudaFree(residual));
+    CHECK(cudaFree(residual_out));
+  }
+}
+
+template <typename T, int kPacks, bool kWarpRows>
+void both_norms(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
+  run<T, LayerNormMath, kPacks, kWarpRows>(timer, rows, n, fused_add);
+  run<T, RmsNormMath, kPacks, kWarpRows>(timer, rows, n, fused_add);
+}
+
+int main() {
+  Timer timer;
+  std::printf(
+      "| norm | dtype | shape | rows: threads x packs | parameters | kernel | copy µs | launcher µs | kernel µs | "
+      "launcher / kernel | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  using bf16 = __nv_bfloat16;
+  for (bool add : {false, true}) {
+    both_norms<bf16, 3, true>(timer, 8192, 768, add);
+    both_norms<bf16, 4, true>(timer, 32768, 1024, add);
+    both_norms<bf16, 7, true>(timer, 8192, 1600, add);
+    both_norms<bf16, 4, false>(timer, 8192, 1600, add);  // 64 threads for 200 packs
+    both_norms<bf16, 4, false>(timer, 8192, 4096, add);
+    both_norms<bf16, 4, false>(timer, 4096, 8192, add);
+    both_norms<bf16, 4, false>(timer, 8192, 16384, add);
+    both_norms<float, 6, true>(timer, 8192, 768, add);
+    both_norms<float, 8, true>(timer, 32768, 1024, add);
+    both_norms<float, 4, false>(timer, 8192, 1600, add);  // 128 threads for 400 packs
+    both_norms<float, 4, false>(timer, 8192, 4096, add);
+    both_norms<float, 4, false>(timer, 4096, 8192, add);
+    // The bytes of (8192, 768) in half the warp rows, twice as long.
+    both_norms<bf16, 6, true>(timer, 4096, 1536, add);
+    both_norms<float, 12, true>(timer, 4096, 1536, add);
+  }
+  return 0;
+}
