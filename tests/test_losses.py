@@ -340,6 +340,22 @@ def test_cross_entropy_one_class_gradient_is_zero(device, dtype, reduction, smoo
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("return_lse", [True, False])  # False: the gradient comes from the forward
+def test_cross_entropy_full_smoothing_gradient(device, return_lse):
+    # label_smoothing 1: the target is like any other class, its share g (1 -
+    # eps) exactly 0. Equal logits: every gradient is 0 up to the rounding of
+    # soft * p - g / classes, far below an ulp of g at the target.
+    logits = torch.zeros(6, 1000, device=device)
+    target = torch.arange(6, device=device) * 101
+    x = logits.clone().requires_grad_()
+    out = fr.cross_entropy(x, target, reduction="sum", label_smoothing=1.0, return_lse=return_lse)
+    (out[0] if return_lse else out).backward()
+    x64 = logits.double().requires_grad_()
+    ce_reference(x64, target, -100, "sum", 1.0).backward()
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_z_loss_gradient(device):
     logits = torch.randn(8, 100, device=device, dtype=torch.float64, requires_grad=True)
     target = torch.randint(0, 100, (8,), device=device)
