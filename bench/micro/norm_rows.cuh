@@ -2,7 +2,10 @@
 // (rows, n), weight and bias of n, and statistics for `stat_rows` rows.
 #pragma once
 
+#include <vector>
+
 #include "../../csrc/kernels/norm_kernels.cuh"
+#include "../../csrc/launch/norms.h"
 #include "probe.cuh"
 
 template <typename T, typename Math>
@@ -29,4 +32,52 @@ struct NormRows {
     for (void* p : {(void*)x, (void*)y, (void*)w, (void*)b, (void*)mean, (void*)rstd}) CHECK(cudaFree(p));
   }
   int64_t bytes() const { return args.rows * args.n * int64_t(sizeof(T)); }
+};
+
+// A forward probe's case: NormRows, with the fused add's residual and h where
+// asked, the launcher's time and output, and a copy of the bytes the forward
+// moves (with the add, x and the residual in, h and y out: twice the bytes).
+template <typename T, typename Math>
+struct ForwardCase {
+  using A = fastreduce::opmath_t<T>;
+  NormRows<T, Math> buffers;
+  fastreduce::NormForwardArgs<T> args;
+  T *residual = nullptr, *residual_out = nullptr;
+  float copy_us, launcher_us;
+  std::vector<T> launcher_y;
+  const char* name;
+  const char* dtype = std::is_same_v<T, float> ? "float32" : "bfloat16";
+  ForwardCase(Timer& timer, int64_t rows, int64_t n, bool fused_add)
+      : buffers(rows, n, rows),
+        args(buffers.args),
+        launcher_y(rows * n),
+        name(fused_add ? (Math::kCentered ? "add_layer_norm" : "add_rms_norm")
+                       : (Math::kCentered ? "layer_norm" : "rms_norm")) {
+    using namespace fastreduce;
+    if (fused_add) {
+      CHECK(cudaMalloc(&residual, buffers.bytes()));
+      CHECK(cudaMalloc(&residual_out, buffers.bytes()));
+      fill_uniform<<<1024, 256>>>(residual, rows * n, 4u, -1.0f, 2.0f);
+      args.residual = residual, args.residual_out = residual_out;
+    }
+    const NormShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, n,
+                          Math::kCentered ? NormKind::Layer : NormKind::Rms, "probe"};
+    const NormForwardBuffers<> io{args.x, residual, args.weight, args.bias, args.y, residual_out,
+                                  Math::kCentered ? args.mean : nullptr, args.rstd};
+    const int64_t moved = (fused_add ? 2 : 1) * buffers.bytes();
+    T *copy_in, *copy_out;
+    CHECK(cudaMalloc(&copy_in, moved));
+    CHECK(cudaMalloc(&copy_out, moved));
+    copy_us = timer.copy_us(copy_in, copy_out, moved);
+    CHECK(cudaFree(copy_in));
+    CHECK(cudaFree(copy_out));
+    launcher_us = timer.median_us([&] { CHECK(norm_forward(shape, io, double(A(1e-5)), nullptr)); });
+    CHECK(cudaMemcpy(launcher_y.data(), args.y, buffers.bytes(), cudaMemcpyDeviceToHost));
+  }
+  ~ForwardCase() {
+    for (T* p : {residual, residual_out})
+      if (p) CHECK(cudaFree(p));
+  }
+  // The largest |y| difference of the last kernel run from the launcher's.
+  float difference() const { return largest_difference(args.y, launcher_y); }
 };

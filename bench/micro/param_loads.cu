@@ -17,32 +17,9 @@ using namespace fastreduce;
 
 template <typename T, typename Math, int kPacks, bool kWarpRows>
 void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
-  using A = opmath_t<T>;
   constexpr int kVec = Vec16<T>::kSize;
-  const NormRows<T, Math> buffers(rows, n, rows);
-  NormForwardArgs<T> a = buffers.args;
-  T *residual = nullptr, *residual_out = nullptr, *copy_in, *copy_out;
-  if (fused_add) {
-    CHECK(cudaMalloc(&residual, buffers.bytes()));
-    CHECK(cudaMalloc(&residual_out, buffers.bytes()));
-    fill_uniform<<<1024, 256>>>(residual, rows * n, 4u, -1.0f, 2.0f);
-    a.residual = residual, a.residual_out = residual_out;
-  }
-  const NormShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, n,
-                        Math::kCentered ? NormKind::Layer : NormKind::Rms, "probe"};
-  const NormForwardBuffers<> io{a.x, residual, a.weight, a.bias, a.y, residual_out,
-                                Math::kCentered ? a.mean : nullptr, a.rstd};
-  // The fused add moves twice the bytes: x and the residual in, h and y out.
-  const int64_t moved = (fused_add ? 2 : 1) * buffers.bytes();
-  CHECK(cudaMalloc(&copy_in, moved));
-  CHECK(cudaMalloc(&copy_out, moved));
-  const float copy = timer.copy_us(copy_in, copy_out, moved);
-  const float launcher = timer.median_us([&] { CHECK(norm_forward(shape, io, double(A(1e-5)), nullptr)); });
-  std::vector<T> launcher_y(rows * n);
-  CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
-  const char* name = fused_add ? (Math::kCentered ? "add_layer_norm" : "add_rms_norm")
-                               : (Math::kCentered ? "layer_norm" : "rms_norm");
-  const char* dtype = std::is_same_v<T, float> ? "float32" : "bfloat16";
+  ForwardCase<T, Math> c(timer, rows, n, fused_add);
+  NormForwardArgs<T>& a = c.args;
   // Warp rows in the launcher's blocks of four; block rows of the fewest
   // threads holding four packs each, rms_norm's two-byte ones with room to
   // stage their weight.
@@ -55,11 +32,11 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
     cudaFuncAttributes attributes;
     CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    CHECK(cudaMemset(a.y, 0, buffers.bytes()));
+    CHECK(cudaMemset(a.y, 0, c.buffers.bytes()));
     const float us = timer.median_us([&] { kernel<<<grid, threads, shared>>>(a); });
-    std::printf("| %s | %s | (%lld, %lld) | %s %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n", name,
-                dtype, (long long)rows, (long long)n, kWarpRows ? "warp" : "block", threads, kPacks, what,
-                attributes.numRegs, per_sm, copy, launcher, us, launcher / us, largest_difference(a.y, launcher_y));
+    std::printf("| %s | %s | (%lld, %lld) | %s %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
+                c.name, c.dtype, (long long)rows, (long long)n, kWarpRows ? "warp" : "block", threads, kPacks, what,
+                attributes.numRegs, per_sm, c.copy_us, c.launcher_us, us, c.launcher_us / us, c.difference());
   };
   auto variant = [&](auto loads, const char* what) {
     constexpr ParamLoads kLoads = decltype(loads)::value;
@@ -73,12 +50,6 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
   variant(std::integral_constant<Loads, Loads::kAhead>{}, "ahead");
   if constexpr (kWarpRows) variant(std::integral_constant<Loads, Loads::kWithRow>{}, "with row");
   else variant(std::integral_constant<Loads, Loads::kBeforeOutput>{}, "before output");
-  CHECK(cudaFree(copy_in));
-  CHECK(cudaFree(copy_out));
-  if (fused_add) {
-    CHECK(cudaFree(residual));
-    CHECK(cudaFree(residual_out));
-  }
 }
 
 template <typename T, int kPacks, bool kWarpRows>

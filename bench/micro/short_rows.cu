@@ -132,43 +132,20 @@ __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> 
 
 template <typename T, typename Math>
 void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
-  using A = opmath_t<T>;
   constexpr int kVec = Vec16<T>::kSize;
   const int groups = int(n / kVec);
-  const NormRows<T, Math> buffers(rows, n, rows);
-  NormForwardArgs<T> a = buffers.args;
-  T *residual = nullptr, *residual_out = nullptr, *copy_in, *copy_out;
-  if (fused_add) {
-    CHECK(cudaMalloc(&residual, buffers.bytes()));
-    CHECK(cudaMalloc(&residual_out, buffers.bytes()));
-    fill_uniform<<<1024, 256>>>(residual, rows * n, 4u, -1.0f, 2.0f);
-    a.residual = residual, a.residual_out = residual_out;
-  }
-  const NormShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, n, Math::kCentered ? NormKind::Layer : NormKind::Rms, "probe"};
-  const NormForwardBuffers<> io{a.x, residual, a.weight, a.bias, a.y, residual_out,
-                                Math::kCentered ? a.mean : nullptr, a.rstd};
-  CHECK(cudaMalloc(&copy_in, 2 * buffers.bytes()));
-  CHECK(cudaMalloc(&copy_out, 2 * buffers.bytes()));
-  // The fused add moves twice the bytes: x and the residual in, h and y out.
-  const int64_t moved = (fused_add ? 2 : 1) * buffers.bytes();
-  const float copy = timer.copy_us(copy_in, copy_out, moved);
-  const float launcher = timer.median_us([&] { CHECK(norm_forward(shape, io, double(A(1e-5)), nullptr)); });
-  std::vector<T> launcher_y(rows * n);
-  CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
-  const char* name = fused_add ? (Math::kCentered ? "add_layer_norm" : "add_rms_norm")
-                               : (Math::kCentered ? "layer_norm" : "rms_norm");
-
-  const char* dtype = std::is_same_v<T, float> ? "float32" : "bfloat16";
+  ForwardCase<T, Math> c(timer, rows, n, fused_add);
+  NormForwardArgs<T>& a = c.args;
   auto time_kernel = [&](auto kernel, const char* what, int packs, int threads, int64_t grid) {
     int per_sm = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
     cudaFuncAttributes attributes;
     CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    CHECK(cudaMemset(a.y, 0, buffers.bytes()));
+    CHECK(cudaMemset(a.y, 0, c.buffers.bytes()));
     const float us = timer.median_us([&] { kernel<<<grid, threads>>>(a); });
     std::printf("| %s | %s | (%lld, %lld) | %s: %d x %d, %d regs, %d an SM | %.1f | %.1f | %.1f | %.2f | %.2f | %.3g |\n",
-                name, dtype, (long long)rows, (long long)n, what, threads, packs, attributes.numRegs, per_sm, copy, launcher,
-                us, copy / launcher, copy / us, largest_difference(a.y, launcher_y));
+                c.name, c.dtype, (long long)rows, (long long)n, what, threads, packs, attributes.numRegs, per_sm,
+                c.copy_us, c.launcher_us, us, c.copy_us / c.launcher_us, c.copy_us / us, c.difference());
   };
   // A row a block: the fewest whole warps that hold the row at kPacks a thread.
   auto block_rows = [&](auto packs) {
@@ -220,12 +197,6 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
     warp_rows(std::integral_constant<int, 5>{});
     warp_rows(std::integral_constant<int, 7>{});
     warp_rows(std::integral_constant<int, 8>{});
-  }
-  CHECK(cudaFree(copy_in));
-  CHECK(cudaFree(copy_out));
-  if (fused_add) {
-    CHECK(cudaFree(residual));
-    CHECK(cudaFree(residual_out));
   }
 }
 
