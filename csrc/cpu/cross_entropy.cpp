@@ -9,9 +9,9 @@
 #include <limits>
 #include <numeric>
 
+#include "../kernels/cross_entropy_target.h"
 #include "../torch/common.h"
 #include "../torch/kernels.h"
-#include "../kernels/cross_entropy_target.h"
 #include "vec.h"
 
 namespace fastreduce {

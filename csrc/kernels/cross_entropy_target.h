@@ -3,8 +3,9 @@
 // smooth = g eps / classes; the target's element also loses `hit`, so that
 // it totals g ((1 - eps) + eps / classes). hit is g (1 - eps), exact at eps 0
 // and 1, except at one class: there the target is the whole row (p = 1, soft
-// = g) and torch's gradient is exactly 0, which g - smooth gives, where
-// g (1 - eps) left an ulp of g (inf for huge g).
+// = g) and torch's gradient is exactly 0, which g - smooth gives; g (1 - eps)
+// left an ulp of g (from huge g, an inf in the fused linear loss's weight
+// gradient).
 #pragma once
 
 #include <cstdint>
