@@ -461,6 +461,24 @@ def test_half_rows_a_warp_each_parameter(device, dtype, n, kind, with_weight, wi
         outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [2056, 4096, 8200, 12000, 16384])
+@pytest.mark.parametrize("with_weight, with_bias", [(False, False), (True, False), (False, True), (True, True)])
+def test_half_layer_norm_rows_a_block_each_parameter(device, dtype, n, with_weight, with_bias):
+    # Two-byte rows of 1793-16384 run a block a row in registers on the GPU;
+    # with both parameters (and no residual) a kernel compiled for them
+    # (2056, 8200, 12000: the last pack group short of the block). Forward and
+    # backward with each combination of weight and bias.
+    rows = 7
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    w = torch.randn(n, device=device).to(dtype) if with_weight else None
+    b = torch.randn(n, device=device).to(dtype) if with_bias else None
+    g = torch.randn(rows, n, device=device).to(dtype)
+    outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c), lambda t, v, c: F.layer_norm(t, [n], v, c),
+                            (x, w, b), (g,))
+
+
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", ["layer", "rms"])

@@ -270,9 +270,11 @@ enum class ParamLoads { kPerPack, kAhead, kBeforeOutput, kWithRow };
 
 // kResidual: compiled with the fused add (a.residual may be given). Without
 // it, two-byte warp rows of seven packs take 58 registers instead of 82 (the
-// add's packs and the row's are live together there).
+// add's packs and the row's are live together there). kAffine: compiled for
+// a given weight (and layer_norm's bias), so that the output pass has no
+// null checks or selects.
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false,
-          ParamLoads kParams = ParamLoads::kPerPack, bool kResidual = true>
+          ParamLoads kParams = ParamLoads::kPerPack, bool kResidual = true, bool kAffine = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
@@ -298,6 +300,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
+  // Evaluated at each use: bools computed once here compile the kAffine =
+  // false kernels differently (their SASS changes; as lambdas it does not).
+  const auto weighted = [&] { return kAffine || a.weight; };
+  const auto biased = [&] { return kCentered && (kAffine || a.bias); };
   using WeightSlot = WalkWeight<T, kVec, Math>;
   WalkSlots<T, kVec, Math> slots{};
   if constexpr (kWalk) slots = copy_to_walk_slots<kPacks, kVec, Math>(a, threads, groups);
@@ -359,10 +365,10 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       }
     }
     constexpr bool kWithRow = kParams == ParamLoads::kWithRow;
-    if (kWithRow && a.weight) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+    if (kWithRow && weighted()) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
     // rms_norm has no bias: without kCentered the shift packs are never
     // loaded, which frees their registers.
-    if (kWithRow && kCentered && a.bias)
+    if (kWithRow && biased())
       load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
     // The row's first value as the shift: lane 0's in a warp row, a load
     // every thread shares in a block row.
@@ -386,8 +392,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     if (staged_weight) wait_async_copies();
     const auto load_params = [&](int p) {
       if (staged_weight) scales[p] = staged_weight[threads.local(p)];
-      else if (a.weight) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
-      if (kCentered && a.bias) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+      else if (weighted()) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+      if (biased()) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
     };
     if constexpr (kParams == ParamLoads::kBeforeOutput) {
 #pragma unroll
@@ -402,8 +408,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         // Whole slots either way: assigned only where a parameter is given,
         // they stay live from row to row (layer_norm bf16: 97 registers, not
         // 64). The one-row kernels do not loop, and run 1-3% slower so.
-        walk_weight = a.weight ? slots.weight[threads.local(p)] : WeightSlot{};
-        shifts[p] = kCentered && a.bias ? slots.bias[threads.local(p)] : Pack{};
+        walk_weight = weighted() ? slots.weight[threads.local(p)] : WeightSlot{};
+        shifts[p] = biased() ? slots.bias[threads.local(p)] : Pack{};
       } else if constexpr (kParams == ParamLoads::kPerPack) {
         load_params(p);
       } else if constexpr (kParams == ParamLoads::kAhead) {
@@ -413,8 +419,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       Pack result;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const A w = !a.weight ? A(1) : kWalk ? static_cast<A>(walk_weight.elem[j]) : value(scales[p], j);
-        const A b = kCentered && a.bias ? value(shifts[p], j) : A(0);
+        const A w = !weighted() ? A(1) : kWalk ? static_cast<A>(walk_weight.elem[j]) : value(scales[p], j);
+        const A b = biased() ? value(shifts[p], j) : A(0);
         result.elem[j] = static_cast<T>(normalize(value(packs[p], j)) * w + b);
       }
       out[threads.group(p)] = result;
