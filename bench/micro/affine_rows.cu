@@ -1,70 +1,70 @@
-// layer_norm's two-byte forwards without a residual, compiled for a given
-// weight and bias (kAffine: no null checks or selects in the output pass)
-// against the same kernels compiled for either being null, which the
-// launcher ran before: warp rows of 3-7 packs a lane (768-1792 wide) and
-// one-row blocks of four packs a thread (4096-16384). Prints µs, the copy of
-// the same bytes and the largest |y| difference from the launcher's output,
-// twice. bash bench/micro/run.sh affine_rows
+// layer_norm's two-byte forwards compiled for a given weight and bias
+// (kAffine: no null checks or selects in the output pass) against the same
+// kernels compiled for either being null: warp rows of 3-7 packs a lane
+// (768-1792 wide) and one-row blocks of four packs a thread (4096-16384)
+// without a residual, against what the launcher ran before kAffine; the
+// fused add's warp rows (768, 1024) with their parameters loaded a pack
+// ahead (the launcher's) or per pack. Prints µs, the copy of the same bytes
+// and the largest |y| difference from the launcher's output, twice.
+// bash bench/micro/run.sh affine_rows
 #include <cuda_bf16.h>
+
+#include <initializer_list>
+#include <utility>
 
 #include "../../csrc/launch/norms.h"
 #include "../../csrc/launch/rows.h"
 #include "norm_rows.cuh"
 
 using namespace fastreduce;
-using rows::block_lane_threads;
 using T = __nv_bfloat16;
 using Math = LayerNormMath;
+using Kernel = void (*)(NormForwardArgs<T>);
 constexpr int kVec = Vec16<T>::kSize;
-constexpr ParamLoads kPerPack = ParamLoads::kPerPack;
+constexpr ParamLoads kPerPack = ParamLoads::kPerPack, kAhead = ParamLoads::kAhead;
 
-template <typename Either, typename Given>
-void run(Timer& timer, int64_t rows, int64_t n, Either either, Given given, int threads, int64_t blocks,
-         const char* what) {
-  const NormRows<T, Math> buffers(rows, n, rows);
-  NormForwardArgs<T> a = buffers.args;
-  const NormShape shape{DType::BFloat16, rows, n, NormKind::Layer, "probe"};
-  const NormForwardBuffers<> io{a.x, nullptr, a.weight, a.bias, a.y, nullptr, a.mean, a.rstd};
-  T* copy_out;
-  CHECK(cudaMalloc(&copy_out, buffers.bytes()));
-  const float copy = timer.copy_us(a.x, copy_out, buffers.bytes());
-  const float launcher = timer.median_us([&] { CHECK(norm_forward(shape, io, 1e-5, nullptr)); });
-  std::vector<T> launcher_y(rows * n);
-  CHECK(cudaMemcpy(launcher_y.data(), a.y, buffers.bytes(), cudaMemcpyDeviceToHost));
-  float us[2];
-  double difference = 0;
-  int k = 0;
-  for (auto kernel : {either, given}) {
-    CHECK(cudaMemset(a.y, 0, buffers.bytes()));
-    us[k++] = timer.median_us([&] { kernel<<<blocks, threads>>>(a); });
-    difference = std::max<double>(difference, largest_difference(a.y, launcher_y));
+void run(Timer& timer, int64_t rows, int64_t n, bool fused_add, int threads, int64_t blocks,
+         std::initializer_list<std::pair<const char*, Kernel>> kernels) {
+  ForwardCase<T, Math> c(timer, rows, n, fused_add);
+  for (auto [what, kernel] : kernels) {
+    CHECK(cudaMemset(c.args.y, 0, c.buffers.bytes()));
+    const float us = timer.median_us([&] { kernel<<<blocks, threads>>>(c.args); });
+    std::printf("| %s | (%lld, %lld) | %s | %.1f | %.1f | %.1f | %.2f | %.3g |\n", c.name, (long long)rows,
+                (long long)n, what, c.copy_us, c.launcher_us, us, c.copy_us / us, c.difference());
   }
-  std::printf("| (%lld, %lld) | %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.3g |\n", (long long)rows, (long long)n, what,
-              copy, launcher, us[0], us[1], copy / us[1], difference);
-  CHECK(cudaFree(copy_out));
 }
 
 template <int kPacks>
 void warp_rows(Timer& timer, int64_t rows, int64_t n) {
-  run(timer, rows, n, norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, false>,
-      norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, false, true>, 128, ceil_div(rows, 4),
-      "warp rows");
+  run(timer, rows, n, false, 128, ceil_div(rows, int64_t(4)),
+      {{"warp rows, either null", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, false>},
+       {"warp rows, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, false, true>}});
+}
+
+template <int kPacks>
+void fused_add_warp_rows(Timer& timer, int64_t rows, int64_t n) {
+  run(timer, rows, n, true, 128, ceil_div(rows, int64_t(4)),
+      {{"ahead, either null", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kAhead>},
+       {"ahead, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kAhead, true, true>},
+       {"per pack, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, true, true>}});
 }
 
 void block_rows(Timer& timer, int64_t rows, int64_t n) {
-  const int threads = block_lane_threads(n / kVec);
+  const int threads = rows::block_lane_threads(n / kVec);
   // What the launcher took before: parameters before the output pass in
   // blocks of up to 128 threads, per pack beyond, the add's code compiled in.
-  auto before = threads <= 128 ? norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kBeforeOutput>
-                               : norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, kPerPack>;
-  run(timer, rows, n, before, norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, kPerPack, false, true>,
-      threads, rows, "block rows");
+  const Kernel before = threads <= 128
+                            ? norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kBeforeOutput>
+                            : norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, kPerPack>;
+  run(timer, rows, n, false, threads, rows,
+      {{"block rows, either null", before},
+       {"block rows, both given", norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, kPerPack, false, true>}});
 }
 
 int main() {
   Timer timer;
   std::printf(
-      "| shape | kernel | copy µs | launcher µs | either null µs | both given µs | given of copy | max |y diff| "
+      "| norm | shape | kernel | copy µs | launcher µs | kernel µs | of copy | max |y diff| "
       "|\n|---|---|---|---|---|---|---|---|\n");
   for (int pass = 0; pass < 2; ++pass) {
     warp_rows<3>(timer, 8192, 768);
@@ -75,6 +75,8 @@ int main() {
     block_rows(timer, 8192, 4096);
     block_rows(timer, 4096, 8192);
     block_rows(timer, 8192, 16384);
+    fused_add_warp_rows<3>(timer, 8192, 768);
+    fused_add_warp_rows<4>(timer, 32768, 1024);
   }
   return 0;
 }
