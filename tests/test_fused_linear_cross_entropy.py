@@ -122,6 +122,37 @@ def test_half_inputs_forward_and_backward(device, dtype, reduction):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_half_softcap_saturated_gradients(device, dtype, reduction):
+    # Logits soft-capped in a half dtype (the contract, as Gemma 2 in
+    # transformers), nearly all deep in tanh's saturation: the cap's
+    # derivative from 1 - tanh^2 of half values is all rounding there
+    # (bfloat16: 10% of the largest gradient from float64; transformers'
+    # autograd the same); as 1 / cosh^2 of the logits before the cap, 1%.
+    # Against float64 at the logits rounded to the dtype; both gradient paths
+    # (mean: in the forward; none: the backward op).
+    torch.manual_seed(0)
+    rows, width, classes, cap = 37, 16, 53, 3.0
+    hidden = (torch.randn(rows, width, device=device) * 300).to(dtype).requires_grad_()
+    weight = (torch.randn(classes, width, device=device) / width**0.5).to(dtype).requires_grad_()
+    target = torch.randint(0, classes, (rows,), device=device)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target, reduction=reduction, label_smoothing=0.1,
+                                         softcap=cap)
+    g = torch.rand_like(loss)
+    grads = torch.autograd.grad(loss, (hidden, weight), g)
+    h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    z = F.linear(h64, w64)
+    z = z + (z.detach().to(dtype).double() - z.detach())  # rounded as the contract's logits, straight through
+    expected = F.cross_entropy(torch.tanh(z / cap) * cap, target, reduction=reduction, label_smoothing=0.1)
+    assert (1 - torch.tanh(z.detach() / cap) ** 2 < torch.finfo(dtype).eps).float().mean() > 0.9
+    for got, want in zip(grads, torch.autograd.grad(expected, (h64, w64), g.double())):
+        assert got.dtype == dtype
+        error = (got.double() - want).abs().max() / want.abs().max()
+        assert error < {torch.float16: 5e-3, torch.bfloat16: 3e-2}[dtype], error.item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("special", [float("nan"), float("inf"), 1e30])
 def test_special_values_like_torch(device, special):
     hidden, weight, target, _ = inputs(device, torch.float32)
