@@ -26,11 +26,12 @@ constexpr ParamLoads kPerPack = ParamLoads::kPerPack, kAhead = ParamLoads::kAhea
 void run(Timer& timer, int64_t rows, int64_t n, bool fused_add, int threads, int64_t blocks,
          std::initializer_list<std::pair<const char*, Kernel>> kernels) {
   ForwardCase<T, Math> c(timer, rows, n, fused_add);
-  for (auto [what, kernel] : kernels) {
+  for (const auto& variant : kernels) {
+    const Kernel kernel = variant.second;
     CHECK(cudaMemset(c.args.y, 0, c.buffers.bytes()));
     const float us = timer.median_us([&] { kernel<<<blocks, threads>>>(c.args); });
     std::printf("| %s | (%lld, %lld) | %s | %.1f | %.1f | %.1f | %.2f | %.3g |\n", c.name, (long long)rows,
-                (long long)n, what, c.copy_us, c.launcher_us, us, c.copy_us / us, c.difference());
+                (long long)n, variant.first, c.copy_us, c.launcher_us, us, c.copy_us / us, c.difference());
   }
 }
 

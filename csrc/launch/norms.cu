@@ -137,6 +137,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   using A = opmath_t<T>;
   constexpr bool kHalfType = sizeof(T) == 2;
   const int64_t n = a.n;
+  // layer_norm with both parameters and no residual: its two-byte register
+  // rows run kernels compiled for that (kAffine).
+  const bool affine = Math::kCentered && !a.residual && a.weight && a.bias;
   if constexpr (kHalfType) {
     constexpr int kVec = Vec16<T>::kSize;
     const int64_t packs = ceil_div(n, int64_t(kWarpSize) * kVec);
@@ -150,7 +153,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         // 1024) 34.7 -> 33.7, (16384, 1280) 23.7 -> 22.5, (8192, 1600) 16.8 ->
         // 16.4 (bench/micro/affine_rows.cu).
         if constexpr (Math::kCentered)
-          if (a.weight && a.bias)
+          if (affine)
             kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, false, true>;
         return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), 4);
       });
@@ -183,7 +186,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     constexpr Walks kWalks = kPrefetchingWalk<T, 8> ? Walks::kPrefetching : Walks::kWhereResident;
     return launch_block_lanes<T, 8, kWalks>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
-        [n, affine_rows = !a.residual && a.weight && a.bias](auto packs, auto vec, auto walk) {
+        [n, affine](auto packs, auto vec, auto walk) {
           constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
           constexpr bool kWalk = decltype(walk)::value;
           // Two-byte rows of up to four packs a thread preload their
@@ -209,7 +212,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
             // (8192, 4096) 35.7 -> 35.2, (4096, 8192) 36.6 -> 35.6, (8192,
             // 16384) 138.8 -> 133.4 (bench/micro/affine_rows.cu).
             if constexpr (Math::kCentered && kHalfType && !kWalk && kVec == Vec16<T>::kSize)
-              if (affine_rows)
+              if (affine)
                 return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                                  /*kResidual=*/false, /*kAffine=*/true>;
             if constexpr (kMayPreload && kVec > 1) {
