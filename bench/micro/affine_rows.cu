@@ -22,6 +22,7 @@ using Math = LayerNormMath;
 using Kernel = void (*)(NormForwardArgs<T>);
 constexpr int kVec = Vec16<T>::kSize;
 constexpr ParamLoads kPerPack = ParamLoads::kPerPack, kAhead = ParamLoads::kAhead;
+constexpr ResidualAdd kNoAdd = ResidualAdd::kNone, kAdd = ResidualAdd::kInRegisters;
 
 void run(Timer& timer, int64_t rows, int64_t n, bool fused_add, int threads, int64_t blocks,
          std::initializer_list<std::pair<const char*, Kernel>> kernels) {
@@ -38,16 +39,17 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add, int threads, int
 template <int kPacks>
 void warp_rows(Timer& timer, int64_t rows, int64_t n) {
   run(timer, rows, n, false, 128, ceil_div(rows, int64_t(4)),
-      {{"warp rows, either null", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, false>},
-       {"warp rows, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, false, true>}});
+      {{"warp rows, either null", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, kNoAdd>},
+       {"warp rows, both given",
+        norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, kNoAdd, true>}});
 }
 
 template <int kPacks>
 void fused_add_warp_rows(Timer& timer, int64_t rows, int64_t n) {
   run(timer, rows, n, true, 128, ceil_div(rows, int64_t(4)),
       {{"ahead, either null", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kAhead>},
-       {"ahead, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kAhead, true, true>},
-       {"per pack, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, true, true>}});
+       {"ahead, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kAhead, kAdd, true>},
+       {"per pack, both given", norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kPerPack, kAdd, true>}});
 }
 
 void block_rows(Timer& timer, int64_t rows, int64_t n) {
@@ -59,7 +61,7 @@ void block_rows(Timer& timer, int64_t rows, int64_t n) {
                             : norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, kPerPack>;
   run(timer, rows, n, false, threads, rows,
       {{"block rows, either null", before},
-       {"block rows, both given", norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, kPerPack, false, true>}});
+       {"block rows, both given", norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, kPerPack, kNoAdd, true>}});
 }
 
 int main() {

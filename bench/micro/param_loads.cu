@@ -40,10 +40,11 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
   };
   auto variant = [&](auto loads, const char* what) {
     constexpr ParamLoads kLoads = decltype(loads)::value;
+    constexpr ResidualAdd kAdd = ResidualAdd::kInRegisters, kNoAdd = ResidualAdd::kNone;
     if (fused_add)
-      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, true>, what);
+      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, kAdd>, what);
     else
-      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, false>, what);
+      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, kNoAdd>, what);
   };
   using Loads = ParamLoads;
   variant(std::integral_constant<Loads, Loads::kPerPack>{}, "per pack");

@@ -4,8 +4,8 @@
 // (bench/peers.py). Times the launcher against the register kernels: a row a
 // block of `threads` threads holding kPacks packs each, with and without
 // preloaded parameters, and a row a warp with its parameters loaded with the
-// row or pack by pack, with and without the add's code (kResidual), and, for
-// bf16, a lean kernel of the probe's own.
+// row or pack by pack, with and without the add's code (ResidualAdd::kNone),
+// and, for bf16, a lean kernel of the probe's own.
 // Prints µs, the copy of the same bytes, and the largest |y| difference from
 // the launcher's output. bash bench/micro/run.sh short_rows
 #include <cuda_bf16.h>
@@ -173,9 +173,9 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
     both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kWithRow>, "row a warp, with row");
     both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack>, "row a warp, per pack");
     if (!fused_add) {
-      both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kWithRow, false>,
+      both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kWithRow, ResidualAdd::kNone>,
            "row a warp, with row, no add");
-      both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, false>,
+      both(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone>,
            "row a warp, per pack, no add");
     }
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {

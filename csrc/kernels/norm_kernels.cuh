@@ -268,16 +268,30 @@ constexpr int forward_min_blocks() {
 // bench/micro/param_loads.cu).
 enum class ParamLoads { kPerPack, kAhead, kBeforeOutput, kWithRow };
 
-// kResidual: compiled with the fused add (a.residual may be given). Without
-// it, two-byte warp rows of seven packs take 58 registers instead of 82 (the
-// add's packs and the row's are live together there). kAffine: compiled for
-// a given weight (and layer_norm's bias), so that the output pass has no
-// null checks or selects.
+// How the one-row kernels take the fused add (a.residual may be given).
+// kNone: its code compiled out (two-byte warp rows of seven packs take 58
+// registers instead of 82: the add's packs and the row's are live together
+// there). kInRegisters: the residual's packs loaded beside the row's.
+// kStaged (warp rows of 16-byte packs): the residual copied into the warp's
+// slot of dynamic shared memory (staged_add_bytes) while the row loads, then
+// added pack by pack, so that only the row's packs wait in registers.
+enum class ResidualAdd { kNone, kInRegisters, kStaged };
+
+template <int kPacks>
+constexpr size_t staged_add_bytes(int warps) {
+  return size_t(warps) * kPacks * kWarpSize * 16;
+}
+
+// kAffine: compiled for a given weight (and layer_norm's bias), so that the
+// output pass has no null checks or selects.
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false,
-          ParamLoads kParams = ParamLoads::kPerPack, bool kResidual = true, bool kAffine = false>
+          ParamLoads kParams = ParamLoads::kPerPack, ResidualAdd kResidual = ResidualAdd::kInRegisters,
+          bool kAffine = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
+  static_assert(kResidual != ResidualAdd::kStaged || (kWarpRows && sizeof(VecN<T, kVec>) == 16),
+                "warp rows of 16-byte packs stage the residual");
   static_assert(kParams == ParamLoads::kPerPack || !kWalk, "walks read their parameters from shared memory");
   static_assert(kParams != ParamLoads::kBeforeOutput || !kWarpRows, "only block rows load them before the output");
   static_assert(kParams != ParamLoads::kWithRow || kWarpRows, "only warp rows load them with the row");
@@ -353,7 +367,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       const int64_t next = threads.row + row_groups;
       if (next < a.rows) load_x(next, ahead);
     };
-    if (kResidual && a.residual) {
+    if (kResidual == ResidualAdd::kInRegisters && a.residual) {
       Pack adds[kPacks];
       load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
 #pragma unroll
@@ -362,6 +376,23 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         for (int j = 0; j < kVec; ++j)
           packs[p].elem[j] = static_cast<T>(value(packs[p], j) + value(adds[p], j));
         if (threads.group(p) < groups) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
+      }
+    }
+    if (kResidual == ResidualAdd::kStaged && a.residual) {
+      // Each lane reads back only the packs it copied: no warp barrier.
+      Pack* const slot = reinterpret_cast<Pack*>(row_cache<T>(threadIdx.x / kWarpSize, kPacks * kWarpSize * kVec));
+      const Pack* const residual = reinterpret_cast<const Pack*>(a.residual + offset);
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (threads.group(p) < groups) copy16_async(&slot[threads.group(p)], &residual[threads.group(p)]);
+      wait_async_copies();
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        if (threads.group(p) >= groups) continue;
+        const Pack add = slot[threads.group(p)];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) packs[p].elem[j] = static_cast<T>(value(packs[p], j) + value(add, j));
+        reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
       }
     }
     constexpr bool kWithRow = kParams == ParamLoads::kWithRow;

@@ -132,6 +132,19 @@ cudaError_t add_residual_first(NormForwardArgs<T>& a, cudaStream_t stream) {
 // packs a lane were not measured and stay staged.
 constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 
+// Two-byte rows with the fused add, 16-byte aligned, that run a warp a row
+// with the residual staged (ResidualAdd::kStaged): 5-7 packs a lane
+// (1025-1792 wide, one-row blocks before), and rms_norm's three (its
+// parameters per pack: 32 registers, 16 blocks an SM). H200, bf16, µs,
+// against the one-row blocks or the residual in registers
+// (bench/micro/staged_add.cu): add_layer_norm (16384, 1280) 44.2 -> 42.1,
+// (8192, 1600) 28.7 -> 28.2, (4096, 1792) 17.8 -> 16.2; add_rms_norm (8192,
+// 768) 14.7 -> 14.2, (16384, 1280) 42.0 -> 41.2, (8192, 1600) 27.8 -> 27.0,
+// (4096, 1792) 17.1 -> 17.3. Four packs and layer_norm's three gained nothing.
+template <bool kCentered>
+using StagedAddPacks =
+    std::conditional_t<kCentered, std::integer_sequence<int, 5, 6, 7>, std::integer_sequence<int, 3, 5, 6, 7>>;
+
 template <typename T, typename Math>
 cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   using A = opmath_t<T>;
@@ -140,6 +153,12 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // layer_norm with both parameters and no residual: its two-byte register
   // rows run kernels compiled for that (kAffine).
   const bool affine = Math::kCentered && !a.residual && a.weight && a.bias;
+  // Warp rows with the add: layer_norm's two-byte ones load their parameters
+  // a pack ahead of each store (H200, add_layer_norm bf16, µs: with the row
+  // -> per pack -> ahead, (8192, 768) 16.0 -> 15.7 -> 15.1-15.3, (32768,
+  // 1024) 68.1 -> 67.4 -> 66.8; rms_norm's and the float rows' ahead gain
+  // nothing or lose: bench/micro/param_loads.cu).
+  constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kAhead : ParamLoads::kWithRow;
   if constexpr (kHalfType) {
     constexpr int kVec = Vec16<T>::kSize;
     const int64_t packs = ceil_div(n, int64_t(kWarpSize) * kVec);
@@ -147,15 +166,28 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         packable<T>(n, {a.x, a.y, a.weight, a.bias}))
       return with_exact_count(packs, std::integer_sequence<int, 3, 4, 5, 6, 7>{}, [&](auto count) {
         constexpr int kPacks = decltype(count)::value;
-        auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, false>;
+        auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack,
+                                                 ResidualAdd::kNone>;
         // layer_norm with both parameters: compiled knowing so (3-4 packs: 48
         // -> 40 registers). H200, bf16, µs: (8192, 768) 10.3 -> 10.2, (32768,
         // 1024) 34.7 -> 33.7, (16384, 1280) 23.7 -> 22.5, (8192, 1600) 16.8 ->
         // 16.4 (bench/micro/affine_rows.cu).
         if constexpr (Math::kCentered)
           if (affine)
-            kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, false, true>;
+            kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack,
+                                                     ResidualAdd::kNone, true>;
         return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), 4);
+      });
+    if (a.residual && is_one_of(packs, StagedAddPacks<Math::kCentered>{}) &&
+        packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}))
+      return with_exact_count(packs, StagedAddPacks<Math::kCentered>{}, [&](auto count) {
+        constexpr int kPacks = decltype(count)::value;
+        constexpr ParamLoads kLoads = !Math::kCentered && kPacks == 3 ? ParamLoads::kPerPack : kParams;
+        auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kLoads, ResidualAdd::kStaged>;
+        if constexpr (Math::kCentered)
+          if (a.weight && a.bias)
+            kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kLoads, ResidualAdd::kStaged, true>;
+        return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), 4, staged_add_bytes<kPacks>(4));
       });
   }
   auto block_rows = [&] {
@@ -214,7 +246,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
             if constexpr (Math::kCentered && kHalfType && !kWalk && kVec == Vec16<T>::kSize)
               if (affine)
                 return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
-                                                 /*kResidual=*/false, /*kAffine=*/true>;
+                                                 ResidualAdd::kNone, /*kAffine=*/true>;
             if constexpr (kMayPreload && kVec > 1) {
               const int threads = block_lane_threads(n / kVec);
               if (threads != 0 && threads <= 128)
@@ -227,13 +259,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   }
   // Float rows in registers: about 93 registers at width 768, so four-warp
   // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows with
-  // the residual add in registers too (staging cannot fuse it; those without
-  // it: above), layer_norm's loading its parameters a pack ahead of each
-  // store (H200, add_layer_norm bf16, µs: with the row -> per pack -> ahead,
-  // (8192, 768) 16.0 -> 15.7 -> 15.1-15.3, (32768, 1024) 68.1 -> 67.4 -> 66.8;
-  // rms_norm's and the float rows' ahead gain nothing or lose:
-  // bench/micro/param_loads.cu). Double rows would not fit in registers.
-  constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kAhead : ParamLoads::kWithRow;
+  // the residual add and not staged above in registers too (the staged
+  // kernel below cannot fuse it; those without it: above). Double rows would
+  // not fit in registers.
   if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;

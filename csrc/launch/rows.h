@@ -102,6 +102,11 @@ cudaError_t with_exact_count(int64_t count, std::integer_sequence<int, kCounts..
   return result;
 }
 
+template <int... kCounts>
+constexpr bool is_one_of(int64_t count, std::integer_sequence<int, kCounts...>) {
+  return ((count == kCounts) || ...);
+}
+
 // Whether every row of n elements of every buffer starts 16-byte aligned and
 // n is a whole number of 16-byte packs (null buffers do not count).
 template <typename T>
@@ -134,9 +139,9 @@ constexpr int kWarpRowThreads = kWarpRowsPerBlock * kWarpSize;
 // One warp per row (rows up to kWarpRowMax); `args` are the kernel's arguments.
 template <typename Kernel, typename Args>
 cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, const Args& args,
-                             int rows_per_block = kWarpRowsPerBlock) {
+                             int rows_per_block = kWarpRowsPerBlock, size_t shared_bytes = 0) {
   const int64_t blocks = ceil_div(rows, rows_per_block);
-  std::apply([&](auto... a) { kernel<<<blocks, rows_per_block * kWarpSize, 0, stream>>>(a...); }, args);
+  std::apply([&](auto... a) { kernel<<<blocks, rows_per_block * kWarpSize, shared_bytes, stream>>>(a...); }, args);
   return cudaGetLastError();
 }
 
