@@ -41,9 +41,13 @@ void run(Timer& timer, int64_t rows, int64_t n) {
               staged_add_bytes<kPacks>(warps), "staged");
   time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, ResidualAdd::kStaged>,
               staged_add_bytes<kPacks>(warps), "staged, per pack");
-  if constexpr (Math::kCentered)
+  if constexpr (Math::kCentered) {
     time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams, ResidualAdd::kStaged, true>,
                 staged_add_bytes<kPacks>(warps), "staged, affine");
+    time_kernel(
+        norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, ResidualAdd::kStaged, true>,
+        staged_add_bytes<kPacks>(warps), "staged, per pack, affine");
+  }
 }
 
 template <int kPacks>
