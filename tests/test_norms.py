@@ -736,15 +736,15 @@ def add_norm_reference(kind, x, r, shape, w, b, eps):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n", [520, 744, 1064, 1288, 1536, 1600, 1792])
+@pytest.mark.parametrize("n", [264, 512, 520, 744, 1064, 1288, 1536, 1600, 1792])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_half_add_norm_rows_a_warp_staged_residual(device, dtype, n, kind):
     # Two-byte rows with the fused add of five to seven 16-byte packs a lane
-    # (1025-1792 wide), and rms_norm's of three (513-768), run a warp a row
-    # on the GPU with the residual staged in shared memory (520, 744, 1064,
-    # 1288, 1600: the last pack group short of the warp; 45 rows: the last
-    # block short of its four warps). Every weight and bias option, forward
-    # and backward.
+    # (1025-1792 wide), and rms_norm's of two and three (257-768), run a warp
+    # a row on the GPU with the residual staged in shared memory (264, 520,
+    # 744, 1064, 1288, 1600: the last pack group short of the warp; 45 rows:
+    # the last block short of its four warps). Every weight and bias option,
+    # forward and backward.
     check_add_norm(device, dtype, 45, n, kind)
 
 

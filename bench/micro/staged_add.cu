@@ -2,7 +2,7 @@
 // memory (ResidualAdd::kStaged: copied with cp.async while the row loads,
 // added pack by pack, so that only the row's packs wait in registers)
 // against the residual's packs in registers beside the row's (what the
-// launcher ran up to 1024 wide), at 768-1792 wide, where bench/peers.py
+// launcher ran up to 1024 wide), at 512-1792 wide, where bench/peers.py
 // finds add_layer_norm and add_rms_norm bf16 forwards behind a peer. Prints
 // µs, registers, blocks an SM, the copy of the same bytes, the launcher's time
 // (one-row blocks past 1024) and the largest |y| difference from its output.
@@ -62,6 +62,7 @@ int main() {
       "| norm | shape | packs | residual | registers | copy µs | launcher µs | kernel µs | launcher / kernel | max "
       "|y diff| |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int pass = 0; pass < 2; ++pass) {
+    both_norms<2>(timer, 8192, 512);
     both_norms<3>(timer, 8192, 768);
     both_norms<4>(timer, 32768, 1024);
     both_norms<5>(timer, 16384, 1280);

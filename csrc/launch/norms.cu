@@ -134,16 +134,17 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 
 // Two-byte rows with the fused add, 16-byte aligned, that run a warp a row
 // with the residual staged (ResidualAdd::kStaged): 5-7 packs a lane
-// (1025-1792 wide, one-row blocks before), and rms_norm's three (its
-// parameters per pack: 32 registers, 16 blocks an SM). H200, bf16, µs,
+// (1025-1792 wide, one-row blocks before), and rms_norm's two and three (its
+// parameters per pack: 31-32 registers, 16 blocks an SM). H200, bf16, µs,
 // against the one-row blocks or the residual in registers
 // (bench/micro/staged_add.cu): add_layer_norm (16384, 1280) 44.2 -> 42.1,
 // (8192, 1600) 28.7 -> 28.2, (4096, 1792) 17.8 -> 16.2; add_rms_norm (8192,
-// 768) 14.7 -> 14.2, (16384, 1280) 42.0 -> 41.2, (8192, 1600) 27.8 -> 27.0,
-// (4096, 1792) 17.1 -> 17.3. Four packs and layer_norm's three gained nothing.
+// 512) 11.6 -> 10.7, (8192, 768) 14.7 -> 14.2, (16384, 1280) 42.0 -> 41.2,
+// (8192, 1600) 27.8 -> 27.0, (4096, 1792) 17.1 -> 17.3. Four packs and
+// layer_norm's two and three gained nothing.
 template <bool kCentered>
 using StagedAddPacks =
-    std::conditional_t<kCentered, std::integer_sequence<int, 5, 6, 7>, std::integer_sequence<int, 3, 5, 6, 7>>;
+    std::conditional_t<kCentered, std::integer_sequence<int, 5, 6, 7>, std::integer_sequence<int, 2, 3, 5, 6, 7>>;
 
 template <typename T, typename Math>
 cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
@@ -182,7 +183,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}))
       return with_exact_count(packs, StagedAddPacks<Math::kCentered>{}, [&](auto count) {
         constexpr int kPacks = decltype(count)::value;
-        constexpr ParamLoads kLoads = !Math::kCentered && kPacks == 3 ? ParamLoads::kPerPack : kParams;
+        constexpr ParamLoads kLoads = !Math::kCentered && kPacks <= 3 ? ParamLoads::kPerPack : kParams;
         auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kLoads, ResidualAdd::kStaged>;
         if constexpr (Math::kCentered)
           if (a.weight && a.bias)
