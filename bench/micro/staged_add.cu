@@ -20,7 +20,8 @@ template <typename Math, int kPacks>
 void run(Timer& timer, int64_t rows, int64_t n) {
   constexpr int kVec = Vec16<T>::kSize;
   ForwardCase<T, Math> c(timer, rows, n, /*fused_add=*/true);
-  auto time_kernel = [&](auto kernel, size_t shared, const char* what, int warps = 4) {
+  const int warps = 4;
+  auto time_kernel = [&](auto kernel, size_t shared, const char* what) {
     int per_sm = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * kWarpSize, shared));
     cudaFuncAttributes attributes;
@@ -36,22 +37,16 @@ void run(Timer& timer, int64_t rows, int64_t n) {
   constexpr ParamLoads kParams = Math::kCentered ? ParamLoads::kAhead : ParamLoads::kWithRow;
   time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams, ResidualAdd::kInRegisters>, 0,
               "in registers");
-  // Blocks of two or six warps: at 48 registers, 42 warps an SM instead of
-  // the four-warp blocks' 40.
-  time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams, ResidualAdd::kInRegisters>, 0,
-              "in registers, 2 warps a block", 2);
-  time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams, ResidualAdd::kInRegisters>, 0,
-              "in registers, 6 warps a block", 6);
   time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams, ResidualAdd::kStaged>,
-              staged_add_bytes<kPacks>(4), "staged");
+              staged_add_bytes<kPacks>(warps), "staged");
   time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, ResidualAdd::kStaged>,
-              staged_add_bytes<kPacks>(4), "staged, per pack");
+              staged_add_bytes<kPacks>(warps), "staged, per pack");
   if constexpr (Math::kCentered) {
     time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams, ResidualAdd::kStaged, true>,
-                staged_add_bytes<kPacks>(4), "staged, affine");
+                staged_add_bytes<kPacks>(warps), "staged, affine");
     time_kernel(
         norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack, ResidualAdd::kStaged, true>,
-        staged_add_bytes<kPacks>(4), "staged, per pack, affine");
+        staged_add_bytes<kPacks>(warps), "staged, per pack, affine");
   }
 }
 
