@@ -132,6 +132,11 @@ cudaError_t add_residual_first(NormForwardArgs<T>& a, cudaStream_t stream) {
 // packs a lane were not measured and stay staged.
 constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 
+// Rows in registers a warp each run four to a block: float rows take about
+// 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
+// eight-warp ones.
+constexpr int kRegisterRowsPerBlock = 4;
+
 // Two-byte rows with the fused add, 16-byte aligned, that run a warp a row
 // with the residual staged (ResidualAdd::kStaged): 5-7 packs a lane
 // (1025-1792 wide, one-row blocks before), and rms_norm's two and three (its
@@ -177,7 +182,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           if (affine)
             kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack,
                                                      ResidualAdd::kNone, true>;
-        return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), 4);
+        return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), kRegisterRowsPerBlock);
       });
     if (a.residual && is_one_of(packs, StagedAddPacks<Math::kCentered>{}) &&
         packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}))
@@ -188,7 +193,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         if constexpr (Math::kCentered)
           if (a.weight && a.bias)
             kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kLoads, ResidualAdd::kStaged, true>;
-        return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), 4, staged_add_bytes<kPacks>(4));
+        return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), kRegisterRowsPerBlock,
+                                staged_add_bytes<kPacks>(kRegisterRowsPerBlock));
       });
   }
   auto block_rows = [&] {
@@ -258,17 +264,15 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         },
         std::make_tuple(a), block_rows, (weight_bytes + bias_bytes) * kRowThreadsMax, staged_bytes);
   }
-  // Float rows in registers: about 93 registers at width 768, so four-warp
-  // blocks (20 warps per SM; eight-warp blocks fit 16). Two-byte rows with
-  // the residual add and not staged above in registers too (the staged
-  // kernel below cannot fuse it; those without it: above). Double rows would
-  // not fit in registers.
+  // Float rows in registers, and two-byte rows with the residual add not
+  // staged above (the staged kernel below cannot fuse it; those without it:
+  // above). Double rows would not fit in registers.
   if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value;
       return launch_warp_rows(
           norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math, false, kParams>, a.rows,
-          stream, std::make_tuple(a), 4);
+          stream, std::make_tuple(a), kRegisterRowsPerBlock);
     });
   // Other two-byte rows (unaligned, or up to two packs a lane) and double rows:
   // staged in shared memory, which keeps more bytes in flight than registers.
