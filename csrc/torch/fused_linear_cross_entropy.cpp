@@ -139,7 +139,7 @@ std::tuple<at::Tensor, at::Tensor> backend::fused_linear_cross_entropy(
   const Problem p = check(hidden, weight, target, bias, reduction, label_smoothing, softcap);
   at::Tensor lse = at::empty({p.rows}, hidden.options().dtype(acc_type(hidden)));
   at::Tensor losses = at::empty({p.rows}, lse.options());
-  for_each_chunk(p, hidden, weight, bias, target, softcap, false,
+  for_each_chunk(p, hidden, weight, bias, target, softcap, /*gradients=*/false,
                  [&](int64_t start, int64_t n, const at::Tensor&, at::Tensor& logits, const at::Tensor& t,
                      const at::Tensor&) {
     const at::Tensor chunk_lse = std::get<1>(call_cross_entropy(logits, t, "none", ignore_index, label_smoothing));
@@ -161,7 +161,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backend::
   const at::Tensor scale =
       p.sum ? at::Tensor() : (target != ignore_index).sum().to(lse.scalar_type()).reciprocal();
   const at::Tensor targets = target.contiguous();
-  for_each_chunk(p, hidden, weight, bias, targets, softcap, true,
+  for_each_chunk(p, hidden, weight, bias, targets, softcap, /*gradients=*/true,
                  [&](int64_t start, int64_t n, const at::Tensor& h, at::Tensor& logits, const at::Tensor& t,
                      const at::Tensor& capped) {
     at::Tensor chunk_lse = lse.narrow(0, start, n), chunk_losses = losses.narrow(0, start, n);
@@ -188,7 +188,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::fused_linear_cross_entro
     per_row = per_row.expand({p.rows});
   }
   Gradients grads(hidden, weight, bias.has_value() && bias->defined(), lse.scalar_type());
-  for_each_chunk(p, hidden, weight, bias, target, softcap, true,
+  for_each_chunk(p, hidden, weight, bias, target, softcap, /*gradients=*/true,
                  [&](int64_t start, int64_t n, const at::Tensor& h, at::Tensor& logits, const at::Tensor& t,
                      const at::Tensor& capped) {
     cross_entropy_backward_into(per_row.narrow(0, start, n), std::nullopt, logits, t, lse.narrow(0, start, n), "none",
