@@ -156,9 +156,10 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   using A = opmath_t<T>;
   constexpr bool kHalfType = sizeof(T) == 2;
   const int64_t n = a.n;
-  // layer_norm with both parameters and no residual: its two-byte register
-  // rows run kernels compiled for that (kAffine).
-  const bool affine = Math::kCentered && !a.residual && a.weight && a.bias;
+  // Every parameter given (layer_norm's weight and bias, rms_norm's weight)
+  // and no residual: some register rows run kernels compiled for that
+  // (kAffine), which have no null checks or selects in the output pass.
+  const bool affine = !a.residual && a.weight && (!Math::kCentered || a.bias);
   // Warp rows with the add: layer_norm's two-byte ones load their parameters
   // a pack ahead of each store (H200, add_layer_norm bf16, µs: with the row
   // -> per pack -> ahead, (8192, 768) 16.0 -> 15.7 -> 15.1-15.3, (32768,
@@ -245,12 +246,15 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
               return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false>;
             return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>;
           } else {
-            // layer_norm's two-byte one-row blocks with both parameters and no
-            // residual: compiled knowing so (no null checks or selects in the
-            // output pass; 49 -> 40 registers at four packs). H200, bf16, µs:
+            // One-row blocks compiled for given parameters: layer_norm's
+            // two-byte ones (49 -> 40 registers at four packs; H200, bf16, µs:
             // (8192, 4096) 35.7 -> 35.2, (4096, 8192) 36.6 -> 35.6, (8192,
-            // 16384) 138.8 -> 133.4 (bench/micro/affine_rows.cu).
-            if constexpr (Math::kCentered && kHalfType && !kWalk && kVec == Vec16<T>::kSize)
+            // 16384) 138.8 -> 133.4, bench/micro/affine_rows.cu) and rms_norm's
+            // float ones (40 -> 32 registers; float32 (8192, 1600) 26.4-26.5 ->
+            // 26.0, (8192, 4096) 65.6-66.0 -> 64.8-64.9, (4096, 8192) 65.7 both,
+            // bench/micro/float_rows.cu). layer_norm's float ones lost 1-3%.
+            constexpr bool kCompiledAffine = kHalfType ? Math::kCentered : std::is_same_v<T, float> && !Math::kCentered;
+            if constexpr (kCompiledAffine && !kWalk && kVec == Vec16<T>::kSize)
               if (affine)
                 return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                                  ResidualAdd::kNone, /*kAffine=*/true>;
@@ -269,10 +273,17 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // above). Double rows would not fit in registers.
   if (std::is_same_v<T, float> || (kHalfType && a.residual))
     return with_lanes<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, [&](auto per_lane, auto vec) {
-      constexpr int kVec = decltype(vec)::value;
-      return launch_warp_rows(
-          norm_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, Math, false, kParams>, a.rows,
-          stream, std::make_tuple(a), kRegisterRowsPerBlock);
+      constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
+      auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams>;
+      // layer_norm's float rows of 16-byte packs with both parameters and no
+      // residual: compiled knowing so (the add's code out too). H200,
+      // float32, µs: (8192, 768) 15.1-15.2 -> 14.8-14.9, (32768, 1024)
+      // 66.1-66.3 -> 65.5-65.6; rms_norm's ran 1% faster to 2% slower
+      // (bench/micro/float_rows.cu).
+      if constexpr (std::is_same_v<T, float> && Math::kCentered && kVec == Vec16<T>::kSize)
+        if (affine)
+          kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kParams, ResidualAdd::kNone, true>;
+      return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), kRegisterRowsPerBlock);
     });
   // Other two-byte rows (unaligned, or up to two packs a lane) and double rows:
   // staged in shared memory, which keeps more bytes in flight than registers.
