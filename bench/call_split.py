@@ -35,7 +35,7 @@ SLEEP_CYCLES = 4_000_000
 def split(meter: Meter, fn, reps: int) -> dict:
     call = statistics.median(meter.one_call_us(fn) for _ in range(reps))
     device = statistics.median(meter.one_call_us(fn, behind_sleep=SLEEP_CYCLES) for _ in range(reps))
-    return {"kernel": meter.kernel_us(fn), "call": call, "device": device, "host": call - device}
+    return {"kernel": meter.kernel_us({"fn": fn})["fn"], "call": call, "device": device, "host": call - device}
 
 
 def main():

@@ -5,7 +5,8 @@ backward, float32 and bfloat16, at GPT-2 and LLM shapes.
 
 Two timings per cell, both medians:
 - kernel µs: the profiler's device spans of one call, summed (every kernel
-  the call launches, the L2 evicted before it by a read the sum leaves out);
+  the call launches, the L2 evicted before it by a read the sum leaves out),
+  over three rounds of three calls of each implementation in turn;
 - call µs: CUDA events around one call as a user makes it, started with the
   device idle and the L2 evicted, so the launch and the host work of the
   call count too; the implementations take turns, call by call, so that the
@@ -211,25 +212,36 @@ class Meter:
         end.synchronize()
         return begin.elapsed_time(end) * 1e3
 
-    def kernel_us(self, fn, reps=3):
+    def kernel_us(self, fns: dict, rounds=3, reps=3):
+        """Median device µs per call of each function: `rounds` profiles, in
+        each `reps` calls of every function in turn, their order rotating
+        (balanced_orders) so that the GPU's drift between rounds (up to 7%
+        from one run to the next at short rows) reaches them alike."""
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                self.evict_l2()
-                fn()
-                torch.cuda.synchronize()
-        per_call = [0.0] * reps
-        spans = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        spans.sort(key=lambda e: e.time_range.start)
-        probes_per_call = 2 if self.write_flush else 1
-        probes = 0
-        for e in spans:
-            if "read_probe" in e.name:
-                probes += 1
-            elif probes > 0 and probes % probes_per_call == 0 and probes // probes_per_call <= reps:
-                per_call[probes // probes_per_call - 1] += e.device_time
-        return statistics.median(per_call)
+        names = list(fns)
+        orders = balanced_orders(len(names))
+        samples = {name: [] for name in names}
+        for turn in range(rounds):
+            sequence = [names[index] for index in orders[turn % len(orders)] for _ in range(reps)]
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for name in sequence:
+                    self.evict_l2()
+                    fns[name]()
+                    torch.cuda.synchronize()
+            per_call = [0.0] * len(sequence)
+            spans = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            spans.sort(key=lambda e: e.time_range.start)
+            probes_per_call = 2 if self.write_flush else 1
+            probes = 0
+            for e in spans:
+                if "read_probe" in e.name:
+                    probes += 1
+                elif probes > 0 and probes % probes_per_call == 0 and probes // probes_per_call <= len(sequence):
+                    per_call[probes // probes_per_call - 1] += e.device_time
+            for name, us in zip(sequence, per_call):
+                samples[name].append(us)
+        return {name: statistics.median(t) for name, t in samples.items()}
 
     @staticmethod
     def peak_mib(fn):
@@ -271,12 +283,6 @@ def copy_kernel(nbytes: int):
     return copy
 
 
-def copy_of(nbytes: int, meter) -> dict:
-    """The copy kernel of the cell's traffic, timed as the cells are: the limit
-    a kernel of this traffic meets on this GPU in this run."""
-    copy = copy_kernel(nbytes)
-    copy()
-    return {"kernel": meter.kernel_us(copy), "call": meter.call_us({"copy": copy})["copy"]}
 
 
 def measure(defs, ops, dtypes, widths, meter):
@@ -294,20 +300,26 @@ def measure(defs, ops, dtypes, widths, meter):
                 runs[impl] = step(fn, inputs, backward)
                 for _ in range(3):  # compiled, autotuned and cached before anything is timed
                     runs[impl]()
-                result["kernel_us"][impl] = meter.kernel_us(runs[impl])
                 result["peak_mib"][impl] = meter.peak_mib(runs[impl])
             except Exception as error:  # a peer that cannot run the cell: recorded, not fatal
                 result.setdefault("failed", {})[impl] = f"{type(error).__name__}: {str(error)[:120]}"
                 runs.pop(impl, None)
-        result["call_us"] = meter.call_us(runs)
-        del runs
-        torch.cuda.empty_cache()
         elements = 1
         for s in shape:
             elements *= s
         size = torch.empty((), dtype=dtype).element_size()
         result["bytes"] = TRAFFIC[op][backward] * elements * size
-        result["copy_us"] = copy_of(result["bytes"], meter)
+        # The copy of the cell's traffic takes its turns with the
+        # implementations: the limit a kernel of this traffic meets on this
+        # GPU in this run.
+        copy = copy_kernel(result["bytes"])
+        copy()
+        kernel = meter.kernel_us({**runs, "copy": copy})
+        result["copy_us"] = {"kernel": kernel.pop("copy"), "call": meter.call_us({"copy": copy})["copy"]}
+        result["kernel_us"] = kernel
+        result["call_us"] = meter.call_us(runs)
+        del runs, copy
+        torch.cuda.empty_cache()
         rows.append(result)
     return rows
 
