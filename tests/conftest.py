@@ -14,6 +14,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped without one)")
 
 
+def pytest_make_parametrize_id(config, val, argname):
+    """dtypes by name in test ids ("float32", not "dtype0"), so that `-k` selects
+    them (scripts/gpu_check.sh's sanitizer steps do)."""
+    return str(val).removeprefix("torch.") if isinstance(val, torch.dtype) else None
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
