@@ -59,9 +59,12 @@ want fuzz && FASTREDUCE_FUZZ_CASES=${FUZZ_CASES:-400} python3 -m pytest -q -p no
 # out: Inductor's own kernels are not ours to check; so are the test of Python
 # objects freed and the peak-memory tests: under the sanitizer a C-side
 # reference outside fastreduce keeps the frame of a call, and with it its
-# tensors, alive).
+# tensors, alive). torch's own kernels are not checked either (their mangled
+# names hold `2at6native`): racecheck reports hazards in its float64
+# reduce_kernel, which the tests' references run at 262144-wide rows.
 sanitize() {
-  compute-sanitizer --tool "$1" --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider -m cuda \
+  compute-sanitizer --tool "$1" --error-exitcode 9 --kernel-name-exclude kns=2at6native \
+    python3 -m pytest -q -x -p no:cacheprovider -m cuda \
     -k "not compile and not free_what_they_saved and not memory" "${@:2}" 2>&1 | tail -n 15 | tee -a "$OUT/$1.log"
 }
 want memcheck && sanitize memcheck tests/test_norms.py tests/test_softmax.py tests/test_autograd.py tests/test_losses.py \
