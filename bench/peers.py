@@ -283,8 +283,6 @@ def copy_kernel(nbytes: int):
     return copy
 
 
-
-
 def measure(defs, ops, dtypes, widths, meter):
     cells = [(op, shape, dtype, backward) for op in ops for dtype in dtypes for shape in SHAPES[op]
              if widths is None or shape[-1] in widths for backward in (False, True)]
