@@ -254,9 +254,9 @@ constexpr int forward_min_blocks() {
 }
 
 // When the one-row kernels load their parameter packs. kPerPack: in the
-// output pass, each pack before its store; each load then waits behind the
-// store before it (the compiler cannot know that y is not the weight): four
-// L1 or L2 round trips in a row at four packs. kBeforeOutput (block rows):
+// output pass, each pack before its store; ptxas issues each load after the
+// store before it (read-only __ldg loads too), so four packs wait four L1 or
+// L2 round trips in a row. kBeforeOutput (block rows):
 // every pack after the reduction, before the first store; it costs
 // layer_norm 11 registers (two-byte, four packs: 70), so the launcher takes it
 // only where the blocks an SM stay. kWithRow (warp rows): with the row, before
