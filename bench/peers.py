@@ -229,19 +229,24 @@ class Meter:
                     self.evict_l2()
                     fns[name]()
                     torch.cuda.synchronize()
-            per_call = [0.0] * len(sequence)
-            spans = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-            spans.sort(key=lambda e: e.time_range.start)
-            probes_per_call = 2 if self.write_flush else 1
-            probes = 0
-            for e in spans:
-                if "read_probe" in e.name:
-                    probes += 1
-                elif probes > 0 and probes % probes_per_call == 0 and probes // probes_per_call <= len(sequence):
-                    per_call[probes // probes_per_call - 1] += e.device_time
-            for name, us in zip(sequence, per_call):
+            for name, us in zip(sequence, self.calls_device_us(prof.events(), len(sequence))):
                 samples[name].append(us)
         return {name: statistics.median(t) for name, t in samples.items()}
+
+    def calls_device_us(self, events, calls: int) -> list[float]:
+        """The device µs of each of `calls` profiled calls: the spans between
+        one call's eviction probes and the next's, summed."""
+        per_call = [0.0] * calls
+        spans = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
+                       key=lambda e: e.time_range.start)
+        probes_per_call = 2 if self.write_flush else 1
+        probes = 0
+        for e in spans:
+            if "read_probe" in e.name:
+                probes += 1
+            elif probes > 0 and probes % probes_per_call == 0 and probes // probes_per_call <= calls:
+                per_call[probes // probes_per_call - 1] += e.device_time
+        return per_call
 
     @staticmethod
     def peak_mib(fn):
