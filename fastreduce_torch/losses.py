@@ -112,8 +112,17 @@ def _cross_entropy_with_grad_inplace_fake(input, target, reduction, ignore_index
 
 
 @torch.library.register_fake("fastreduce::_scale_unless_one_")
-def _scale_unless_one_fake(self, factor):
+def _scale_unless_one_fake(self, factor, target=None, ignore_index=-100, per_row=False):
     torch._check(factor.numel() == 1, lambda: "_scale_unless_one_: argument 'factor' must hold one element")
+    if target is not None:
+        torch._check(target.dtype == torch.int64, lambda: "_scale_unless_one_: argument 'target' must hold int64")
+        torch._check(target.dim() == 1, lambda: "_scale_unless_one_: argument 'target' must be 1-D")
+    if per_row:
+        torch._check(target is not None, lambda: "_scale_unless_one_: argument 'per_row' needs argument 'target'")
+        torch._check(
+            self.dim() >= 1 and self.size(0) == target.size(0),
+            lambda: "_scale_unless_one_: argument 'target' must hold one element a row of 'self'",
+        )
 
 
 class _CrossEntropyInplaceBackward(torch.autograd.Function):

@@ -836,19 +836,41 @@ def _scale_unless_one(case):
                          layout="contiguous", special=None)
     if case.chance("factor_one", 0.3):
         factor = torch.ones_like(factor)
+    # A loss's targets: the ignored rows (per_row), or all of x when every target is ignored, left as they are.
+    target, ignore_index, per_row = None, case.pick("ignore_index", [-100, 0, 3]), case.chance("per_row", 0.4)
+    if per_row or case.chance("with_target", 0.4):
+        rows = x.size(0) if x.dim() and not case.chance("target_wrong_rows", 0.05) else case.rng.choice([0, 1, 6])
+        target = torch.randint(0, 5, (rows,), generator=case.generator)
+        target[torch.rand(rows, generator=case.generator) < case.pick("ignored_share", [0.0, 0.4, 1.0])] = ignore_index
+        device = case.other_device() if case.other_device() and case.chance("target_on_cpu", 0.05) else case.device
+        target = target.to(device=device, dtype=torch.int32 if case.chance("int32_target", 0.05) else torch.int64)
 
-    def ours(x, factor):
+    def ours(x, factor, target, ignore_index, per_row):
         data = x.clone()  # keeps a dense non-contiguous layout (transposed): refused
-        ops._scale_unless_one_(data, factor)
+        ops._scale_unless_one_(data, factor, target, ignore_index, per_row)
         return data
 
-    def theirs(x, factor):
+    def theirs(x, factor, target, ignore_index, per_row):
         _same_device(x, factor)
         if not x.clone().is_contiguous() or factor.numel() != 1:
             raise RuntimeError("contiguous data and a one-element factor")
-        return x.clone() if factor.item() == 1 else (x.to(_acc(x)) * factor.to(_acc(x))).to(x.dtype)
+        if target is not None:
+            _same_device(x, target)
+            if target.dtype != torch.int64 or target.dim() != 1:
+                raise RuntimeError("1-D int64 targets")
+        if per_row and (target is None or x.dim() == 0 or x.size(0) != target.size(0)):
+            raise RuntimeError("a target a row")
+        if factor.item() == 1:
+            return x.clone()
+        scaled = (x.to(_acc(x)) * factor.to(_acc(x))).to(x.dtype)
+        if target is None:
+            return scaled
+        counts = target != ignore_index
+        if per_row:
+            return torch.where(counts.view(-1, *[1] * (x.dim() - 1)), scaled, x)
+        return scaled if counts.any() else x.clone()
 
-    return Trial(ours, (x, factor), {}, theirs)
+    return Trial(ours, (x, factor, target, ignore_index, per_row), {}, theirs)
 
 
 def _linear_loss_inputs(case):

@@ -79,6 +79,34 @@ def test_all_ignored_and_empty(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias,reduction,label_smoothing,softcap", OPTIONS, ids=str)
+@pytest.mark.parametrize("incoming", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("counted", ["some", "none"])
+def test_non_finite_incoming_gradient(device, bias, reduction, label_smoothing, softcap, incoming, counted):
+    # What torch's backward never scales stays as it is: the ignored rows of
+    # the hidden states' gradient, and the weight's and bias's when every row
+    # is ignored (0, where 0 * inf would be NaN). Elsewhere ours is as finite
+    # as torch's.
+    hidden, weight, target, b = inputs(device, torch.float32, rows=11, bias=bias)
+    if counted == "none":
+        target[:] = -100
+    params = [t for t in (hidden, weight, b) if t is not None]
+    expected = reference(hidden, weight, target, b, reduction, label_smoothing, softcap)
+    g = torch.full_like(expected, incoming)
+    expected_grads = torch.autograd.grad(expected, params, g)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target, b, reduction=reduction,
+                                         label_smoothing=label_smoothing, softcap=softcap)
+    grads = torch.autograd.grad(loss, params, g.to(loss.dtype))
+    ignored = target == -100
+    assert torch.equal(grads[0][ignored].double(), expected_grads[0][ignored].double())
+    for got, want in zip(grads, expected_grads):
+        assert torch.equal(got.isfinite(), want.isfinite())
+    if counted == "none":
+        for got, want in zip(grads, expected_grads):
+            assert torch.equal(got.double(), want.double())
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_bad_arguments_name_the_argument(device):
     hidden, weight, target, _ = inputs(device, torch.float32)
     op = torch.ops.fastreduce.fused_linear_cross_entropy

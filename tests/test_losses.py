@@ -210,6 +210,66 @@ def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("incoming", [float("inf"), float("-inf"), float("nan"), -2.5])
+@pytest.mark.parametrize("counted", ["some", "none"])
+def test_ignored_rows_under_any_incoming_gradient(device, dtype, reduction, smoothing, inplace, incoming, counted):
+    # torch's backward never scales an ignored row: it stays 0 whatever the
+    # incoming gradient, where the gradient computed in the forward times
+    # inf would be NaN. The counted rows are as finite as torch's (its and
+    # ours differ in which non-finite value a class gets).
+    logits = torch.randn(7, 45, device=device).to(dtype)
+    target = torch.randint(0, 45, (7,), device=device)
+    target[::3] = -100
+    if counted == "none":
+        target[:] = -100
+    x, leaf = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    loss = fr.cross_entropy(x * 1, target, reduction=reduction, label_smoothing=smoothing, inplace_backward=inplace)
+    expected = F.cross_entropy(leaf, target, reduction=reduction, label_smoothing=smoothing)
+    g = torch.full_like(expected, incoming)
+    loss.backward(g.to(loss.dtype))
+    expected.backward(g)
+    ignored = target == -100
+    assert torch.equal(x.grad[ignored], leaf.grad[ignored])
+    assert torch.equal(x.grad.isfinite(), leaf.grad.isfinite())
+    if incoming == -2.5:  # bf16: ours rounds twice (the gradient, then its scale)
+        tol = {} if dtype == torch.float32 else {"rtol": 2**-6, "atol": 2**-7 * leaf.grad.abs().max().item()}
+        torch.testing.assert_close(x.grad, leaf.grad, **tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("width", [1, 8, 13, 4096])
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("factor", [3.0, float("inf"), 1.0])
+def test_scale_unless_one_by_targets(device, dtype, width, offset, factor):
+    # Random data (not a loss's 0 rows): an ignored row is left as it is
+    # (per_row), and all of it when every target is ignored.
+    scale = torch.ops.fastreduce._scale_unless_one_
+    x = offset_view(torch.randn(37, width, device=device, dtype=dtype), offset)
+    target = torch.randint(0, 5, (37,), device=device)
+    target[1::4] = 3
+    f = torch.tensor(factor, device=device)
+    scaled = x.double().mul(factor).to(dtype) if factor != 1 else x
+    got = x.clone()
+    scale(got, f, target, 3, True)
+    assert torch.equal(got, torch.where((target != 3).unsqueeze(1), scaled, x))
+    for ignored, want in ((target, scaled), (torch.full_like(target, 3), x)):
+        got = x.clone()
+        scale(got, f, ignored, 3)
+        assert torch.equal(got, want)
+    with pytest.raises(RuntimeError, match="'target'"):
+        scale(x.clone(), f, target[1:], 3, True)
+    with pytest.raises(RuntimeError, match="'per_row'"):
+        scale(x.clone(), f, None, 3, True)
+    with pytest.raises(RuntimeError, match="'target'"):
+        scale(x.clone(), f, target.int(), 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_edges(device):
     logits = torch.randn(6, 40, device=device)
     ignored = torch.full((6,), -100, device=device)
@@ -420,6 +480,9 @@ def samples(device):
         (ops._cross_entropy_with_grad.default, (x.detach(), target, "mean", -100, 0.1), {}),
         (ops._cross_entropy_with_grad_.default, (x.detach().clone(), target, "sum", -100, 0.0), {}),
         (ops._scale_unless_one_.default, (x.detach().clone(), torch.tensor(2.0, device=device)), {}),
+        (ops._scale_unless_one_.default, (x.detach().clone(), torch.tensor(2.0, device=device), target), {}),
+        (ops._scale_unless_one_.default, (x.detach().clone(), torch.tensor(2.0, device=device), target, -100, True),
+         {}),
     ]
 
 

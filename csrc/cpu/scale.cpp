@@ -2,23 +2,43 @@
 // for) and scales in the accumulator type, one rounding to the data's.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+
 #include "../torch/kernels.h"
 #include "vec.h"
 
 namespace fastreduce {
 namespace {
 
-void scale_unless_one_cpu(DType dtype, void* data, int64_t count, const void* factor, bool factor_of_data_type) {
-  cpu::with_floating(dtype, [&](auto tag) {
+void scale_unless_one_cpu(const ScaleProblem& problem) {
+  cpu::with_floating(problem.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = at::opmath_type<T>;
-    const A scale =
-        factor_of_data_type ? static_cast<A>(*static_cast<const T*>(factor)) : *static_cast<const A*>(factor);
+    const A scale = problem.factor_of_data_type ? static_cast<A>(*static_cast<const T*>(problem.factor))
+                                                : *static_cast<const A*>(problem.factor);
     if (scale == A(1)) return;
-    T* x = static_cast<T*>(data);
-    at::parallel_for(0, count, 32768, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) x[i] = static_cast<T>(static_cast<A>(x[i]) * scale);
-    });
+    auto scale_range = [scale](T* x, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) x[i] = static_cast<T>(static_cast<A>(x[i]) * scale);
+    };
+    T* data = static_cast<T*>(problem.data);
+    const int64_t width = problem.width;
+    const int64_t* target = problem.target;
+    auto counts = [&](int64_t row) { return target[row] != problem.ignore_index; };
+    if (problem.unscaled == Unscaled::kIgnoredRows) {
+      at::parallel_for(0, problem.rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(width, 1)),
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t row = begin; row < end; ++row)
+                           if (counts(row)) scale_range(data + row * width, width);
+                       });
+      return;
+    }
+    if (problem.unscaled == Unscaled::kAllWhenAllIgnored) {
+      int64_t row = 0;
+      while (row < problem.target_count && !counts(row)) ++row;
+      if (row == problem.target_count) return;
+    }
+    at::parallel_for(0, problem.rows * width, 32768,
+                     [&](int64_t begin, int64_t end) { scale_range(data + begin, end - begin); });
   });
 }
 

@@ -8,25 +8,66 @@
 
 namespace fastreduce {
 
-// F: the factor's type, the data's own (a loss's incoming gradient) or its
-// accumulator type.
+template <typename T, int kVec>
+__device__ __forceinline__ void scale_pack(VecN<T, kVec>& v, opmath_t<T> f) {
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) v.elem[k] = static_cast<T>(static_cast<opmath_t<T>>(v.elem[k]) * f);
+}
+
+// Whether any target is not ignore_index, the block together; one round of
+// blockDim.x targets settles it unless the first ones are all ignored.
+__device__ __forceinline__ bool any_target_counts(const int64_t* __restrict__ target, int64_t count,
+                                                  int64_t ignore_index) {
+  for (int64_t base = 0; base < count; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    if (__syncthreads_or(i < count && target[i] != ignore_index)) return true;
+  }
+  return false;
+}
+
+// n elements, flat; with check_targets, nothing is written when no target
+// counts. F: the factor's type, the data's own (a loss's incoming gradient)
+// or its accumulator type.
 template <typename T, typename F, int kVec>
-__global__ void scale_unless_one_kernel(T* data, int64_t n, const F* __restrict__ factor) {
-  using A = opmath_t<T>;
+__global__ void scale_unless_one_kernel(T* data, int64_t n, const F* __restrict__ factor, bool check_targets,
+                                        const int64_t* __restrict__ target, int64_t target_count,
+                                        int64_t ignore_index) {
   using Pack = VecN<T, kVec>;
-  const A f = static_cast<A>(*factor);
-  if (f == A(1)) return;
+  const opmath_t<T> f = static_cast<opmath_t<T>>(*factor);
+  if (f == opmath_t<T>(1)) return;
+  if (check_targets && !any_target_counts(target, target_count, ignore_index)) return;
   const int64_t packs = n / kVec, stride = int64_t(gridDim.x) * blockDim.x;
   auto* p = reinterpret_cast<Pack*>(data);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += stride) {
     Pack v = p[i];
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v.elem[k] = static_cast<T>(static_cast<A>(v.elem[k]) * f);
+    scale_pack(v, f);
     p[i] = v;
   }
   // The tail past the last whole pack.
   for (int64_t i = packs * kVec + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
-    data[i] = static_cast<T>(static_cast<A>(data[i]) * f);
+    data[i] = static_cast<T>(static_cast<opmath_t<T>>(data[i]) * f);
+}
+
+// rows x width, a target a row: groups of 2^group_log2 threads take a row at
+// a time and skip the ignored ones. width is a multiple of kVec.
+template <typename T, typename F, int kVec>
+__global__ void scale_rows_unless_one_kernel(T* data, int64_t rows, int64_t width, int group_log2,
+                                             const F* __restrict__ factor, const int64_t* __restrict__ target,
+                                             int64_t ignore_index) {
+  using Pack = VecN<T, kVec>;
+  const opmath_t<T> f = static_cast<opmath_t<T>>(*factor);
+  if (f == opmath_t<T>(1)) return;
+  const int group = 1 << group_log2, lane = threadIdx.x & (group - 1);
+  const int64_t groups = blockDim.x >> group_log2, packs = width / kVec;
+  for (int64_t row = blockIdx.x * groups + (threadIdx.x >> group_log2); row < rows; row += gridDim.x * groups) {
+    if (target[row] == ignore_index) continue;
+    auto* p = reinterpret_cast<Pack*>(data + row * width);
+    for (int64_t i = lane; i < packs; i += group) {
+      Pack v = p[i];
+      scale_pack(v, f);
+      p[i] = v;
+    }
+  }
 }
 
 }  // namespace fastreduce

@@ -11,26 +11,42 @@ namespace fastreduce {
 // A grid-stride pass: one wave of blocks.
 constexpr int kScaleThreads = 256, kScaleBlocksPerSm = 8;
 
-cudaError_t scale_unless_one(DType dtype, void* data, int64_t n, const void* factor, bool factor_of_data_type,
-                             int sm_count, cudaStream_t stream) {
+cudaError_t scale_unless_one(const ScaleProblem& problem, int sm_count, cudaStream_t stream) {
+  const int64_t n = problem.rows * problem.width;
   if (n == 0) return cudaSuccess;
-  return rows::dispatch_floating(dtype, [&](auto tag) {
+  const int64_t wave = int64_t(sm_count) * kScaleBlocksPerSm;
+  return rows::dispatch_floating(problem.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const bool aligned = reinterpret_cast<uintptr_t>(data) % 16 == 0;
+    T* data = static_cast<T*>(problem.data);
     auto launch = [&](auto vec, auto factor_tag) {
       constexpr int kVec = decltype(vec)::value;
       using F = typename decltype(factor_tag)::type;
-      const int64_t blocks = std::clamp<int64_t>(ceil_div(n / kVec, kScaleThreads), 1,
-                                                 int64_t(sm_count) * kScaleBlocksPerSm);
-      scale_unless_one_kernel<T, F, kVec>
-          <<<blocks, kScaleThreads, 0, stream>>>(static_cast<T*>(data), n, static_cast<const F*>(factor));
+      const auto* factor = static_cast<const F*>(problem.factor);
+      if (problem.unscaled == Unscaled::kIgnoredRows) {
+        // The fewest threads a row (a power of two) that cover its packs.
+        int group_log2 = 0;
+        while ((1 << group_log2) < kScaleThreads && (int64_t(1) << group_log2) < problem.width / kVec) ++group_log2;
+        const int64_t blocks =
+            std::clamp<int64_t>(ceil_div(problem.rows, int64_t(kScaleThreads >> group_log2)), 1, wave);
+        scale_rows_unless_one_kernel<T, F, kVec><<<blocks, kScaleThreads, 0, stream>>>(
+            data, problem.rows, problem.width, group_log2, factor, problem.target, problem.ignore_index);
+      } else {
+        const int64_t blocks = std::clamp<int64_t>(ceil_div(n / kVec, kScaleThreads), 1, wave);
+        scale_unless_one_kernel<T, F, kVec><<<blocks, kScaleThreads, 0, stream>>>(
+            data, n, factor, problem.unscaled == Unscaled::kAllWhenAllIgnored, problem.target, problem.target_count,
+            problem.ignore_index);
+      }
       return cudaGetLastError();
     };
     auto with_factor = [&](auto vec) {
-      if (factor_of_data_type) return launch(vec, TypeTag<T>{});
+      if (problem.factor_of_data_type) return launch(vec, TypeTag<T>{});
       return launch(vec, TypeTag<opmath_t<T>>{});
     };
-    if (aligned) return with_factor(std::integral_constant<int, Vec16<T>::kSize>{});
+    // Packs need an aligned start, by rows an aligned start to every row.
+    constexpr int kPack = Vec16<T>::kSize;
+    const bool aligned = reinterpret_cast<uintptr_t>(data) % 16 == 0 &&
+                         (problem.unscaled != Unscaled::kIgnoredRows || problem.width % kPack == 0);
+    if (aligned) return with_factor(std::integral_constant<int, kPack>{});
     return with_factor(std::integral_constant<int, 1>{});
   });
 }

@@ -3,16 +3,12 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
-
-#include "../kernels/dtype.h"
+#include "../kernels/scale_problem.h"
 
 namespace fastreduce {
 
-// data (n contiguous elements of dtype) *= *factor, a device value of the
-// data's dtype (factor_of_data_type) or else of its accumulator type (float,
-// double for double); nothing is written when it is 1.
-cudaError_t scale_unless_one(DType dtype, void* data, int64_t n, const void* factor, bool factor_of_data_type,
-                             int sm_count, cudaStream_t stream);
+// The problem's scale (scale_problem.h) on the stream; nothing is written
+// when the factor is 1.
+cudaError_t scale_unless_one(const ScaleProblem& problem, int sm_count, cudaStream_t stream);
 
 }  // namespace fastreduce

@@ -287,11 +287,12 @@ struct FusedLinearCrossEntropyFunction {
     return call_fused_linear_cross_entropy_with_grads(hidden, weight, target, bias, reduction, ignore_index,
                                                       label_smoothing, softcap);
   }
-  static void save(NodeContext* ctx, const Outputs& out, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                   const std::optional<at::Tensor>& bias, c10::string_view, int64_t, double, std::optional<double>) {
+  static void save(NodeContext* ctx, const Outputs& out, const at::Tensor&, const at::Tensor&,
+                   const at::Tensor& target, const std::optional<at::Tensor>& bias, c10::string_view,
+                   int64_t ignore_index, double, std::optional<double>) {
     const auto& [loss, lse, grad_hidden, grad_weight, grad_bias] = out;
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    save_to_scale(ctx, {grad_hidden, grad_weight, grad_bias});
+    save_to_scale(ctx, target, ignore_index, {grad_hidden, grad_weight, grad_bias});
     ctx->mark_non_differentiable({lse, grad_hidden, grad_weight, grad_bias});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
@@ -310,10 +311,10 @@ struct CrossEntropyWithGradFunction {
                           int64_t ignore_index, double label_smoothing) {
     return call_cross_entropy_with_grad(input, target, reduction, ignore_index, label_smoothing);
   }
-  static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor&, const at::Tensor&, c10::string_view,
-                   int64_t, double) {
+  static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor&, const at::Tensor& target,
+                   c10::string_view, int64_t ignore_index, double) {
     const auto& [loss, lse, grad] = out;
-    save_to_scale(ctx, {grad});
+    save_to_scale(ctx, target, ignore_index, {grad});
     ctx->mark_non_differentiable({lse, grad});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
@@ -332,9 +333,9 @@ struct CrossEntropyGradOverLogitsFunction {
     torch::autograd::impl::bump_version(input);
     return out;
   }
-  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& input, const at::Tensor&,
-                   c10::string_view, int64_t, double) {
-    save_to_scale(ctx, {input});
+  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& input, const at::Tensor& target,
+                   c10::string_view, int64_t ignore_index, double) {
+    save_to_scale(ctx, target, ignore_index, {input});
     ctx->mark_non_differentiable({std::get<1>(out)});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {

@@ -51,9 +51,13 @@ inline void save_input_and_result(NodeContext* ctx, const at::Tensor& result, co
 // A loss whose gradients the forward computed: the backward scales them in
 // place by the incoming gradient, on the device and not at all when it is 1.
 // So a second backward through one call (retain_graph) is refused rather
-// than scaled twice.
-inline void save_to_scale(NodeContext* ctx, variable_list grads) {
+// than scaled twice. grads[0] has a row a target; the others (a weight's)
+// are sums over rows. What the ignored rows leave is not scaled (0 * inf
+// would be NaN where torch's is 0).
+inline void save_to_scale(NodeContext* ctx, const at::Tensor& target, int64_t ignore_index, variable_list grads) {
   ctx->saved_data["scaled"] = false;
+  ctx->saved_data["ignore_index"] = ignore_index;
+  grads.push_back(target);
   ctx->save_for_backward(std::move(grads));
 }
 inline variable_list scale_once(NodeContext* ctx, const at::Tensor& grad_out, const char* op) {
@@ -62,10 +66,13 @@ inline variable_list scale_once(NodeContext* ctx, const at::Tensor& grad_out, co
               ": a second backward through the same call is not supported (its gradient is computed in the "
               "forward and scaled in place by the first)");
   ctx->saved_data["scaled"] = true;
-  for (auto& grad : saved) {
-    if (!grad.defined()) continue;
-    grad = grad.detach();
-    call_scale_unless_one(grad, grad_out);
+  const at::Tensor target = saved.back();
+  saved.pop_back();
+  const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
+  for (size_t i = 0; i < saved.size(); ++i) {
+    if (!saved[i].defined()) continue;
+    saved[i] = saved[i].detach();
+    call_scale_unless_one(saved[i], grad_out, target, ignore_index, /*per_row=*/i == 0);
   }
   return saved;
 }

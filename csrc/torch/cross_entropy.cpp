@@ -176,17 +176,40 @@ std::tuple<at::Tensor, at::Tensor> backend::cross_entropy_with_grad_inplace(cons
                         "_cross_entropy_with_grad_");
 }
 
-void backend::scale_unless_one(const at::Tensor& self, const at::Tensor& factor) {
+void backend::scale_unless_one(const at::Tensor& self, const at::Tensor& factor,
+                               const std::optional<at::Tensor>& target, int64_t ignore_index, bool per_row) {
   const char* op = "_scale_unless_one_";
   TORCH_CHECK(self.is_contiguous(), op, ": argument 'self' must be contiguous");
   TORCH_CHECK(factor.numel() == 1, op, ": argument 'factor' must hold one element, got ", to_text(factor.numel()));
   check_same_device(factor, self, op, "factor", "self");
+  ScaleProblem problem{to_dtype(self.scalar_type(), op), self.data_ptr(), 1, self.numel()};
+  at::Tensor targets;
+  if (target.has_value() && target->defined()) {
+    TORCH_CHECK(target->scalar_type() == at::kLong, op, ": argument 'target' must hold int64 class indices, got ",
+                to_text(target->scalar_type()));
+    TORCH_CHECK(target->dim() == 1, op, ": argument 'target' must be 1-D, got shape ", to_text(target->sizes()));
+    check_same_device(*target, self, op, "target", "self");
+    targets = target->contiguous();
+    problem.unscaled = Unscaled::kAllWhenAllIgnored;
+    problem.target = targets.const_data_ptr<int64_t>();
+    problem.target_count = targets.numel();
+    problem.ignore_index = ignore_index;
+  }
+  if (per_row) {
+    TORCH_CHECK(targets.defined(), op, ": argument 'per_row' needs argument 'target'");
+    TORCH_CHECK(self.dim() >= 1 && self.size(0) == problem.target_count, op,
+                ": argument 'target' must hold one element a row of 'self' (shape ", to_text(self.sizes()),
+                "), got shape ", to_text(targets.sizes()));
+    problem.unscaled = Unscaled::kIgnoredRows;
+    problem.rows = problem.target_count;
+    problem.width = problem.rows == 0 ? 0 : self.numel() / problem.rows;
+  }
   // A factor of the data's dtype (a loss's incoming gradient) is read as it is: no conversion launched.
-  const bool of_data_type = factor.scalar_type() == self.scalar_type();
-  const at::Tensor scale = of_data_type ? factor : factor.to(acc_type(self));
+  problem.factor_of_data_type = factor.scalar_type() == self.scalar_type();
+  const at::Tensor scale = problem.factor_of_data_type ? factor : factor.to(acc_type(self));
+  problem.factor = scale.const_data_ptr();
   const c10::DeviceGuard guard(self.device());
-  scale_unless_one_stub(self.device().type(), to_dtype(self.scalar_type(), op), self.data_ptr(), self.numel(),
-                        scale.const_data_ptr(), of_data_type);
+  scale_unless_one_stub(self.device().type(), problem);
 }
 
 }  // namespace fastreduce

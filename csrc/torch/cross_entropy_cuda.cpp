@@ -25,9 +25,8 @@ void cross_entropy_with_grad_cuda(const CrossEntropyShape& shape, const CrossEnt
   check_cuda(cross_entropy_forward_backward(shape, io, mutable_or_null(scratch), sms, current_stream()), shape.op);
 }
 
-void scale_unless_one_cuda(DType dtype, void* data, int64_t count, const void* factor, bool factor_of_data_type) {
-  check_cuda(scale_unless_one(dtype, data, count, factor, factor_of_data_type, sm_count(), current_stream()),
-             "_scale_unless_one_");
+void scale_unless_one_cuda(const ScaleProblem& problem) {
+  check_cuda(scale_unless_one(problem, sm_count(), current_stream()), "_scale_unless_one_");
 }
 
 }  // namespace

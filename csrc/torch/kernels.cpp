@@ -16,7 +16,7 @@ FASTREDUCE_DEFINE_STUB(cross_entropy_backward_stub,
                        void(const CrossEntropyShape&, const CrossEntropyBackwardBuffers&));
 FASTREDUCE_DEFINE_STUB(cross_entropy_with_grad_stub,
                        void(const CrossEntropyShape&, const CrossEntropyWithGradBuffers&));
-FASTREDUCE_DEFINE_STUB(scale_unless_one_stub, void(DType, void*, int64_t, const void*, bool));
+FASTREDUCE_DEFINE_STUB(scale_unless_one_stub, void(const ScaleProblem&));
 FASTREDUCE_DEFINE_STUB(ladder_stub, void(int, const at::Tensor&, at::Tensor&));
 FASTREDUCE_DEFINE_STUB(read_probe_stub, void(const at::Tensor&, at::Tensor&));
 

@@ -12,6 +12,7 @@
 #include "../kernels/cross_entropy_buffers.h"
 #include "../kernels/norm_buffers.h"
 #include "../kernels/reduce_problem.h"
+#include "../kernels/scale_problem.h"
 #include "../kernels/softmax_buffers.h"
 #include "device_stub.h"
 
@@ -44,11 +45,9 @@ FASTREDUCE_DECLARE_STUB(cross_entropy_backward_stub,
                         void(const CrossEntropyShape& shape, const CrossEntropyBackwardBuffers& io));
 FASTREDUCE_DECLARE_STUB(cross_entropy_with_grad_stub,
                         void(const CrossEntropyShape& shape, const CrossEntropyWithGradBuffers& io));
-// data (count contiguous elements of dtype) *= *factor (data's accumulator
-// type, on data's device) unless the factor is 1; no host synchronisation on
-// CUDA. On the current device (the caller sets it).
-FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(DType dtype, void* data, int64_t count, const void* factor,
-                                                   bool factor_of_data_type));
+// A loss's gradient scaled by the incoming one (scale_problem.h); no host
+// synchronisation on CUDA. On the current device (the caller sets it).
+FASTREDUCE_DECLARE_STUB(scale_unless_one_stub, void(const ScaleProblem& problem));
 
 // The teaching ladder's rung `rung` summing the contiguous 1-D `flat` into
 // `out`; the read probe (a read of `data` that also evicts L2). CUDA only.

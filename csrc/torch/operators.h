@@ -59,7 +59,9 @@
   X(cross_entropy_with_grad_inplace, "_cross_entropy_with_grad_",                                                  \
     "_cross_entropy_with_grad_(Tensor(a!) input, Tensor target, str reduction, int ignore_index, "                 \
     "float label_smoothing) -> (Tensor loss, Tensor lse)")                                                         \
-  X(scale_unless_one, "_scale_unless_one_", "_scale_unless_one_(Tensor(a!) self, Tensor factor) -> ()")             \
+  X(scale_unless_one, "_scale_unless_one_",                                                                        \
+    "_scale_unless_one_(Tensor(a!) self, Tensor factor, Tensor? target=None, int ignore_index=-100, "              \
+    "bool per_row=False) -> ()")                                                                                   \
   X(fused_linear_cross_entropy, "fused_linear_cross_entropy",                                                      \
     "fused_linear_cross_entropy(Tensor hidden, Tensor weight, Tensor target, Tensor? bias=None, "                  \
     "str reduction=\"mean\", int ignore_index=-100, float label_smoothing=0.0, float? softcap=None) "              \

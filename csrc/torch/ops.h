@@ -87,9 +87,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_with_grad(const at:
 std::tuple<at::Tensor, at::Tensor> cross_entropy_with_grad_inplace(const at::Tensor& input, const at::Tensor& target,
                                                                    c10::string_view reduction, int64_t ignore_index,
                                                                    double label_smoothing);
-// self *= factor (a 0-d tensor) unless factor is 1: a gradient computed in
-// the forward, scaled in the backward without a host synchronisation.
-void scale_unless_one(const at::Tensor& self, const at::Tensor& factor);
+// self *= factor (one element) unless factor is 1: a loss's gradient computed
+// in the forward, scaled in the backward without a host synchronisation.
+// With the loss's target, what torch's backward never scales is left as it
+// is (scale_problem.h): the ignored rows (per_row: a target a row of self),
+// or all of self when every target is ignored.
+void scale_unless_one(const at::Tensor& self, const at::Tensor& factor, const std::optional<at::Tensor>& target,
+                      int64_t ignore_index, bool per_row);
 // The cross-entropy of hidden @ weight.T + bias by row chunks
 // (fused_linear_cross_entropy.cpp). _with_grads also returns the loss's
 // gradients (the autograd node scales them by the incoming one); the backward
