@@ -242,15 +242,17 @@ def test_ignored_rows_under_any_incoming_gradient(device, dtype, reduction, smoo
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-@pytest.mark.parametrize("width", [1, 8, 13, 4096])
+@pytest.mark.parametrize("rows, width", [(37, 1), (37, 3), (37, 8), (37, 13), (37, 4096), (200003, 13)])
 @pytest.mark.parametrize("offset", [0, 1])
 @pytest.mark.parametrize("factor", [3.0, float("inf"), 1.0])
-def test_scale_unless_one_by_targets(device, dtype, width, offset, factor):
+def test_scale_unless_one_by_targets(device, dtype, rows, width, offset, factor):
     # Random data (not a loss's 0 rows): an ignored row is left as it is
-    # (per_row), and all of it when every target is ignored.
+    # (per_row), and all of it when every target is ignored. Widths that are
+    # not a whole number of packs (pack straddling two rows), and rows past
+    # one grid-stride step.
     scale = torch.ops.fastreduce._scale_unless_one_
-    x = offset_view(torch.randn(37, width, device=device, dtype=dtype), offset)
-    target = torch.randint(0, 5, (37,), device=device)
+    x = offset_view(torch.randn(rows, width, device=device, dtype=dtype), offset)
+    target = torch.randint(0, 5, (rows,), device=device)
     target[1::4] = 3
     f = torch.tensor(factor, device=device)
     scaled = x.double().mul(factor).to(dtype) if factor != 1 else x

@@ -48,26 +48,41 @@ __global__ void scale_unless_one_kernel(T* data, int64_t n, const F* __restrict_
     data[i] = static_cast<T>(static_cast<opmath_t<T>>(data[i]) * f);
 }
 
-// rows x width, a target a row: groups of 2^group_log2 threads take a row at
-// a time and skip the ignored ones. width is a multiple of kVec.
+// rows x width, a target a row, the rows whose target is ignore_index left as
+// they are: flat over packs as above, each thread following its pack's row
+// and column from one division. width >= kVec, so a pack spans at most two
+// rows.
 template <typename T, typename F, int kVec>
-__global__ void scale_rows_unless_one_kernel(T* data, int64_t rows, int64_t width, int group_log2,
-                                             const F* __restrict__ factor, const int64_t* __restrict__ target,
-                                             int64_t ignore_index) {
+__global__ void scale_rows_unless_one_kernel(T* data, int64_t rows, int64_t width, const F* __restrict__ factor,
+                                             const int64_t* __restrict__ target, int64_t ignore_index) {
   using Pack = VecN<T, kVec>;
   const opmath_t<T> f = static_cast<opmath_t<T>>(*factor);
   if (f == opmath_t<T>(1)) return;
-  const int group = 1 << group_log2, lane = threadIdx.x & (group - 1);
-  const int64_t groups = blockDim.x >> group_log2, packs = width / kVec;
-  for (int64_t row = blockIdx.x * groups + (threadIdx.x >> group_log2); row < rows; row += gridDim.x * groups) {
-    if (target[row] == ignore_index) continue;
-    auto* p = reinterpret_cast<Pack*>(data + row * width);
-    for (int64_t i = lane; i < packs; i += group) {
+  const int64_t n = rows * width, packs = n / kVec, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t step_rows = stride * kVec / width, step_columns = stride * kVec % width;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  int64_t row = first * kVec / width, column = first * kVec % width;
+  auto* p = reinterpret_cast<Pack*>(data);
+  for (int64_t i = first; i < packs; i += stride) {
+    const bool counts = target[row] != ignore_index;
+    const bool next_counts = column + kVec > width && target[row + 1] != ignore_index;
+    if (counts || next_counts) {
       Pack v = p[i];
-      scale_pack(v, f);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k)
+        if (column + k < width ? counts : next_counts)
+          v.elem[k] = static_cast<T>(static_cast<opmath_t<T>>(v.elem[k]) * f);
       p[i] = v;
     }
+    row += step_rows;
+    column += step_columns;
+    if (column >= width) {
+      column -= width;
+      ++row;
+    }
   }
+  for (int64_t i = packs * kVec + first; i < n; i += stride)
+    if (target[i / width] != ignore_index) data[i] = static_cast<T>(static_cast<opmath_t<T>>(data[i]) * f);
 }
 
 }  // namespace fastreduce

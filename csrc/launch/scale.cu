@@ -22,30 +22,24 @@ cudaError_t scale_unless_one(const ScaleProblem& problem, int sm_count, cudaStre
       constexpr int kVec = decltype(vec)::value;
       using F = typename decltype(factor_tag)::type;
       const auto* factor = static_cast<const F*>(problem.factor);
-      if (problem.unscaled == Unscaled::kIgnoredRows) {
-        // The fewest threads a row (a power of two) that cover its packs.
-        int group_log2 = 0;
-        while ((1 << group_log2) < kScaleThreads && (int64_t(1) << group_log2) < problem.width / kVec) ++group_log2;
-        const int64_t blocks =
-            std::clamp<int64_t>(ceil_div(problem.rows, int64_t(kScaleThreads >> group_log2)), 1, wave);
+      const int64_t blocks = std::clamp<int64_t>(ceil_div(n / kVec, kScaleThreads), 1, wave);
+      if (problem.unscaled == Unscaled::kIgnoredRows)
         scale_rows_unless_one_kernel<T, F, kVec><<<blocks, kScaleThreads, 0, stream>>>(
-            data, problem.rows, problem.width, group_log2, factor, problem.target, problem.ignore_index);
-      } else {
-        const int64_t blocks = std::clamp<int64_t>(ceil_div(n / kVec, kScaleThreads), 1, wave);
+            data, problem.rows, problem.width, factor, problem.target, problem.ignore_index);
+      else
         scale_unless_one_kernel<T, F, kVec><<<blocks, kScaleThreads, 0, stream>>>(
             data, n, factor, problem.unscaled == Unscaled::kAllWhenAllIgnored, problem.target, problem.target_count,
             problem.ignore_index);
-      }
       return cudaGetLastError();
     };
     auto with_factor = [&](auto vec) {
       if (problem.factor_of_data_type) return launch(vec, TypeTag<T>{});
       return launch(vec, TypeTag<opmath_t<T>>{});
     };
-    // Packs need an aligned start, by rows an aligned start to every row.
+    // Packs need an aligned start; by rows, rows no narrower than a pack.
     constexpr int kPack = Vec16<T>::kSize;
     const bool aligned = reinterpret_cast<uintptr_t>(data) % 16 == 0 &&
-                         (problem.unscaled != Unscaled::kIgnoredRows || problem.width % kPack == 0);
+                         (problem.unscaled != Unscaled::kIgnoredRows || problem.width >= kPack);
     if (aligned) return with_factor(std::integral_constant<int, kPack>{});
     return with_factor(std::integral_constant<int, 1>{});
   });
