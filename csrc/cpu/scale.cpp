@@ -23,20 +23,17 @@ void scale_unless_one_cpu(const ScaleProblem& problem) {
     T* data = static_cast<T*>(problem.data);
     const int64_t width = problem.width;
     const int64_t* target = problem.target;
-    auto counts = [&](int64_t row) { return target[row] != problem.ignore_index; };
+    auto counts = [&](int64_t t) { return t != problem.ignore_index; };
     if (problem.unscaled == Unscaled::kIgnoredRows) {
       at::parallel_for(0, problem.rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(width, 1)),
                        [&](int64_t begin, int64_t end) {
                          for (int64_t row = begin; row < end; ++row)
-                           if (counts(row)) scale_range(data + row * width, width);
+                           if (counts(target[row])) scale_range(data + row * width, width);
                        });
       return;
     }
-    if (problem.unscaled == Unscaled::kAllWhenAllIgnored) {
-      int64_t row = 0;
-      while (row < problem.target_count && !counts(row)) ++row;
-      if (row == problem.target_count) return;
-    }
+    if (problem.unscaled == Unscaled::kAllWhenAllIgnored && std::none_of(target, target + problem.target_count, counts))
+      return;
     at::parallel_for(0, problem.rows * width, 32768,
                      [&](int64_t begin, int64_t end) { scale_range(data + begin, end - begin); });
   });

@@ -8,10 +8,10 @@
 
 namespace fastreduce {
 
-template <typename T, int kVec>
-__device__ __forceinline__ void scale_pack(VecN<T, kVec>& v, opmath_t<T> f) {
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) v.elem[k] = static_cast<T>(static_cast<opmath_t<T>>(v.elem[k]) * f);
+// v * f in the accumulator type, rounded once to T.
+template <typename T>
+__device__ __forceinline__ T scaled(T v, opmath_t<T> f) {
+  return static_cast<T>(static_cast<opmath_t<T>>(v) * f);
 }
 
 // Whether any target is not ignore_index, the block together; one round of
@@ -40,12 +40,13 @@ __global__ void scale_unless_one_kernel(T* data, int64_t n, const F* __restrict_
   auto* p = reinterpret_cast<Pack*>(data);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += stride) {
     Pack v = p[i];
-    scale_pack(v, f);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v.elem[k] = scaled(v.elem[k], f);
     p[i] = v;
   }
   // The tail past the last whole pack.
   for (int64_t i = packs * kVec + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
-    data[i] = static_cast<T>(static_cast<opmath_t<T>>(data[i]) * f);
+    data[i] = scaled(data[i], f);
 }
 
 // rows x width, a target a row, the rows whose target is ignore_index left as
@@ -70,8 +71,7 @@ __global__ void scale_rows_unless_one_kernel(T* data, int64_t rows, int64_t widt
       Pack v = p[i];
 #pragma unroll
       for (int k = 0; k < kVec; ++k)
-        if (column + k < width ? counts : next_counts)
-          v.elem[k] = static_cast<T>(static_cast<opmath_t<T>>(v.elem[k]) * f);
+        if (column + k < width ? counts : next_counts) v.elem[k] = scaled(v.elem[k], f);
       p[i] = v;
     }
     row += step_rows;
@@ -82,7 +82,7 @@ __global__ void scale_rows_unless_one_kernel(T* data, int64_t rows, int64_t widt
     }
   }
   for (int64_t i = packs * kVec + first; i < n; i += stride)
-    if (target[i / width] != ignore_index) data[i] = static_cast<T>(static_cast<opmath_t<T>>(data[i]) * f);
+    if (target[i / width] != ignore_index) data[i] = scaled(data[i], f);
 }
 
 }  // namespace fastreduce
