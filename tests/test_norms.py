@@ -439,7 +439,7 @@ def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n", [520, 776, 1000, 1024, 1288, 1600, 1792])
+@pytest.mark.parametrize("n", [520, 768, 776, 1000, 1024, 1288, 1536, 1600, 1792])
 @pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
                                                         ("layer", False, True), ("layer", True, True),
                                                         ("rms", False, False), ("rms", True, False)])
@@ -447,8 +447,10 @@ def test_half_rows_a_warp_each_parameter(device, dtype, n, kind, with_weight, wi
     # Two-byte rows of three to seven 16-byte packs a lane (513-1792 wide)
     # without a residual run in registers on the GPU, a warp a row, loading
     # the parameters pack by pack (520, 776, 1000, 1288: the last pack group
-    # short of the warp); forward and backward with each combination of weight
-    # and bias (rms_norm: the weight).
+    # short of the warp; 768 and 1536: layer_norm's three and rms_norm's six
+    # packs, rows of exactly that many compiled with no pack guarded);
+    # forward and backward with each combination of weight and bias
+    # (rms_norm: the weight).
     rows = 45
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
     w = torch.randn(n, device=device).to(dtype) if with_weight else None

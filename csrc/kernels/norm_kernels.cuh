@@ -283,10 +283,11 @@ constexpr size_t staged_add_bytes(int warps) {
 }
 
 // kAffine: compiled for a given weight (and layer_norm's bias), so that the
-// output pass has no null checks or selects.
+// output pass has no null checks or selects. kFullRow (warp rows): compiled
+// for rows of exactly kPacks packs a lane, so that no pack is guarded.
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false,
           ParamLoads kParams = ParamLoads::kPerPack, ResidualAdd kResidual = ResidualAdd::kInRegisters,
-          bool kAffine = false>
+          bool kAffine = false, bool kFullRow = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
@@ -295,6 +296,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   static_assert(kParams == ParamLoads::kPerPack || !kWalk, "walks read their parameters from shared memory");
   static_assert(kParams != ParamLoads::kBeforeOutput || !kWarpRows, "only block rows load them before the output");
   static_assert(kParams != ParamLoads::kWithRow || kWarpRows, "only warp rows load them with the row");
+  static_assert(!kFullRow || kWarpRows, "full rows are warp rows");
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
@@ -331,6 +333,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   RowThreads<kWarpRows> threads(a.rows);
   if (threads.row < 0) return;
   const int n = static_cast<int>(a.n), groups = n / kVec;
+  const auto in_row = [&](int p) { return kFullRow || threads.group(p) < groups; };
   // Evaluated at each use: bools computed once here compile the kAffine =
   // false kernels differently (their SASS changes; as lambdas it does not).
   const auto weighted = [&] { return kAffine || a.weight; };
@@ -350,14 +353,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       staged_weight = reinterpret_cast<Pack*>(row_cache<T>(0, 0));
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
-        if (threads.group(p) < groups)
+        if (in_row(p))
           copy16_async</*kThroughL1=*/true>(&staged_weight[threads.local(p)],
                                              reinterpret_cast<const Pack*>(a.weight) + threads.group(p));
     }
   }
   const int64_t row_groups = gridDim.x / cluster_blocks();
   const auto load_x = [&](int64_t row, Pack(&packs)[kPacks]) {
-    load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.x + row * a.n), groups, packs);
+    load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.x + row * a.n), groups, packs);
   };
   const bool prefetch = kPrefetch && !a.residual;
   Pack ahead[kPacks];
@@ -386,11 +389,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     };
     if (kResidual == ResidualAdd::kInRegisters && a.residual) {
       Pack adds[kPacks];
-      load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
+      load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.residual + offset), groups, adds);
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
         add_into(packs[p], adds[p]);
-        if (threads.group(p) < groups) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
+        if (in_row(p)) reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
       }
     }
     if (kResidual == ResidualAdd::kStaged && a.residual) {
@@ -399,21 +402,21 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       const Pack* const residual = reinterpret_cast<const Pack*>(a.residual + offset);
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
-        if (threads.group(p) < groups) copy16_async(&slot[threads.group(p)], &residual[threads.group(p)]);
+        if (in_row(p)) copy16_async(&slot[threads.group(p)], &residual[threads.group(p)]);
       wait_async_copies();
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) {
-        if (threads.group(p) >= groups) continue;
+        if (!in_row(p)) continue;
         add_into(packs[p], slot[threads.group(p)]);
         reinterpret_cast<Pack*>(a.residual_out + offset)[threads.group(p)] = packs[p];
       }
     }
     constexpr bool kWithRow = kParams == ParamLoads::kWithRow;
-    if (kWithRow && weighted()) load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+    if (kWithRow && weighted()) load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
     // rms_norm has no bias: without kCentered the shift packs are never
     // loaded, which frees their registers.
     if (kWithRow && biased())
-      load_packs<kWords>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
+      load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
     // The row's first value as the shift: lane 0's in a warp row, a load
     // every thread shares in a block row.
     A shift = 0;
@@ -426,7 +429,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         [&](auto f) {
 #pragma unroll
           for (int p = 0; p < kPacks; ++p)
-            if (threads.group(p) < groups)
+            if (in_row(p))
 #pragma unroll
               for (int j = 0; j < kVec; ++j) f(value(packs[p], j));
         },
@@ -442,11 +445,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     if constexpr (kParams == ParamLoads::kBeforeOutput) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
-        if (threads.group(p) < groups) load_params(p);
+        if (in_row(p)) load_params(p);
     }
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      if (threads.group(p) >= groups) continue;
+      if (!in_row(p)) continue;
       WeightSlot walk_weight;
       if constexpr (kWalk) {
         // Whole slots either way: assigned only where a parameter is given,
@@ -458,7 +461,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
         load_params(p);
       } else if constexpr (kParams == ParamLoads::kAhead) {
         if (p == 0) load_params(0);
-        if (p + 1 < kPacks && threads.group(p + 1) < groups) load_params(p + 1);
+        if (p + 1 < kPacks && in_row(p + 1)) load_params(p + 1);
       }
       Pack result;
 #pragma unroll

@@ -241,13 +241,14 @@ __device__ __forceinline__ Pack load_or_zero(const Pack* pack, bool in_row) {
 // packs[p] = the thread's p-th pack of `row` if it is one of the first
 // `whole`, zeros otherwise: predicated loads in one straight line. kWords:
 // selected as 32-bit words (load_or_zero), which the norm forwards of one
-// row gain from and the walking ones lose to (NOTES.md).
-template <bool kWords = false, bool kWarpRows, int kPacks, typename Pack>
+// row gain from and the walking ones lose to (NOTES.md). kFull: the row is
+// exactly kPacks packs a thread, so no load is predicated.
+template <bool kWords = false, bool kFull = false, bool kWarpRows, int kPacks, typename Pack>
 __device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads, const Pack* row, int whole,
                                            Pack (&packs)[kPacks]) {
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
-    const bool in_row = threads.group(p) < whole;
+    const bool in_row = kFull || threads.group(p) < whole;
     if constexpr (kWords) packs[p] = load_or_zero(row + threads.group(p), in_row);
     else packs[p] = in_row ? row[threads.group(p)] : Pack{};
   }

@@ -132,6 +132,16 @@ cudaError_t add_residual_first(NormForwardArgs<T>& a, cudaStream_t stream) {
 // packs a lane were not measured and stay staged.
 constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 
+// The one count of those packs at which rows of exactly that many a lane run
+// a kernel compiled for them (kFullRow: no pack guarded): layer_norm's three
+// (768 wide, both parameters given), rms_norm's six (1536). H200, bf16, µs,
+// two passes (bench/micro/full_rows.cu): layer_norm (8192, 768) 10.1 / 10.2
+// -> 9.8 / 9.8, rms_norm (8192, 1536) 15.7 / 15.6 -> 14.7 / 14.7. At the other
+// counts it ties or loses up to 11% (more registers: layer_norm (4096, 1792)
+// 64 -> 80, 10.7 -> 11.8), and the fused add's rows gain nothing.
+template <bool kCentered>
+constexpr int kFullRowPacks = kCentered ? 3 : 6;
+
 // Rows in registers a warp each run four to a block: float rows take about
 // 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
 // eight-warp ones.
@@ -183,6 +193,10 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
           if (affine)
             kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack,
                                                      ResidualAdd::kNone, true>;
+        if constexpr (kPacks == kFullRowPacks<Math::kCentered>)
+          if (n == int64_t(kPacks) * kWarpSize * kVec && (affine || !Math::kCentered))
+            kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack,
+                                                     ResidualAdd::kNone, Math::kCentered, /*kFullRow=*/true>;
         return launch_warp_rows(kernel, a.rows, stream, std::make_tuple(a), kRegisterRowsPerBlock);
       });
     if (a.residual && is_one_of(packs, StagedAddPacks<Math::kCentered>{}) &&
