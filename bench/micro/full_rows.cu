@@ -38,36 +38,39 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add, int packs, Kerne
   time_kernel(full, "full row");
 }
 
+// A warp-row forward kernel (norm_forward_lanes_kernel<..., kWarpRows = true>)
+// of 16-byte packs.
+template <typename T, int kPacks, typename Math, ParamLoads kParams, ResidualAdd kResidual, bool kAffine = false,
+          bool kFullRow = false>
+constexpr void (*warp_rows)(NormForwardArgs<T>) =
+    norm_forward_lanes_kernel<T, kPacks, Vec16<T>::kSize, true, Math, false, kParams, kResidual, kAffine, kFullRow>;
+
 // The guarded kernels norms.cu's forward_rows runs for two-byte warp rows.
 template <int kPacks>
 void bf16_rows(Timer& timer, int64_t rows) {
-  constexpr int kVec = Vec16<bf16>::kSize;
-  const int64_t n = int64_t(kPacks) * kWarpSize * kVec;
+  const int64_t n = int64_t(kPacks) * kWarpSize * Vec16<bf16>::kSize;
   using LN = LayerNormMath;
   using RMS = RmsNormMath;
   if constexpr (kPacks >= 3) {
-    run<bf16, LN>(timer, rows, n, false, kPacks, norm_forward_lanes_kernel<bf16, kPacks, kVec, true, LN, false, kPerPack, kNoAdd, true>,
-                  norm_forward_lanes_kernel<bf16, kPacks, kVec, true, LN, false, kPerPack, kNoAdd, true, true>);
-    run<bf16, RMS>(timer, rows, n, false, kPacks, norm_forward_lanes_kernel<bf16, kPacks, kVec, true, RMS, false, kPerPack, kNoAdd>,
-                   norm_forward_lanes_kernel<bf16, kPacks, kVec, true, RMS, false, kPerPack, kNoAdd, false, true>);
+    run<bf16, LN>(timer, rows, n, false, kPacks, warp_rows<bf16, kPacks, LN, kPerPack, kNoAdd, true>,
+                  warp_rows<bf16, kPacks, LN, kPerPack, kNoAdd, true, true>);
+    run<bf16, RMS>(timer, rows, n, false, kPacks, warp_rows<bf16, kPacks, RMS, kPerPack, kNoAdd>,
+                   warp_rows<bf16, kPacks, RMS, kPerPack, kNoAdd, false, true>);
   }
   if constexpr (kPacks <= 4) {
-    run<bf16, LN>(timer, rows, n, true, kPacks, norm_forward_lanes_kernel<bf16, kPacks, kVec, true, LN, false, kAhead>,
-                  norm_forward_lanes_kernel<bf16, kPacks, kVec, true, LN, false, kAhead, kAdd, false, true>);
+    run<bf16, LN>(timer, rows, n, true, kPacks, warp_rows<bf16, kPacks, LN, kAhead, kAdd>,
+                  warp_rows<bf16, kPacks, LN, kAhead, kAdd, false, true>);
   } else {
-    run<bf16, LN>(timer, rows, n, true, kPacks,
-                  norm_forward_lanes_kernel<bf16, kPacks, kVec, true, LN, false, kAhead, kStaged, true>,
-                  norm_forward_lanes_kernel<bf16, kPacks, kVec, true, LN, false, kAhead, kStaged, true, true>,
-                  staged_add_bytes<kPacks>(kWarps));
+    run<bf16, LN>(timer, rows, n, true, kPacks, warp_rows<bf16, kPacks, LN, kAhead, kStaged, true>,
+                  warp_rows<bf16, kPacks, LN, kAhead, kStaged, true, true>, staged_add_bytes<kPacks>(kWarps));
   }
   constexpr ParamLoads kRmsLoads = kPacks <= 3 ? kPerPack : kWithRow;
   if constexpr (kPacks == 4) {
-    run<bf16, RMS>(timer, rows, n, true, kPacks, norm_forward_lanes_kernel<bf16, kPacks, kVec, true, RMS, false, kWithRow>,
-                   norm_forward_lanes_kernel<bf16, kPacks, kVec, true, RMS, false, kWithRow, kAdd, false, true>);
+    run<bf16, RMS>(timer, rows, n, true, kPacks, warp_rows<bf16, kPacks, RMS, kWithRow, kAdd>,
+                   warp_rows<bf16, kPacks, RMS, kWithRow, kAdd, false, true>);
   } else {
-    run<bf16, RMS>(timer, rows, n, true, kPacks, norm_forward_lanes_kernel<bf16, kPacks, kVec, true, RMS, false, kRmsLoads, kStaged>,
-                   norm_forward_lanes_kernel<bf16, kPacks, kVec, true, RMS, false, kRmsLoads, kStaged, false, true>,
-                   staged_add_bytes<kPacks>(kWarps));
+    run<bf16, RMS>(timer, rows, n, true, kPacks, warp_rows<bf16, kPacks, RMS, kRmsLoads, kStaged>,
+                   warp_rows<bf16, kPacks, RMS, kRmsLoads, kStaged, false, true>, staged_add_bytes<kPacks>(kWarps));
   }
 }
 
@@ -75,14 +78,14 @@ void bf16_rows(Timer& timer, int64_t rows) {
 void float_rows(Timer& timer, int64_t rows) {
   using LN = LayerNormMath;
   using RMS = RmsNormMath;
-  run<float, LN>(timer, rows, 768, false, 6, norm_forward_lanes_kernel<float, 6, 4, true, LN, false, kWithRow, kNoAdd, true>,
-                 norm_forward_lanes_kernel<float, 6, 4, true, LN, false, kWithRow, kNoAdd, true, true>);
-  run<float, RMS>(timer, rows, 768, false, 6, norm_forward_lanes_kernel<float, 6, 4, true, RMS, false, kWithRow>,
-                  norm_forward_lanes_kernel<float, 6, 4, true, RMS, false, kWithRow, kAdd, false, true>);
-  run<float, LN>(timer, rows, 768, true, 6, norm_forward_lanes_kernel<float, 6, 4, true, LN, false, kWithRow>,
-                 norm_forward_lanes_kernel<float, 6, 4, true, LN, false, kWithRow, kAdd, false, true>);
-  run<float, RMS>(timer, rows, 768, true, 6, norm_forward_lanes_kernel<float, 6, 4, true, RMS, false, kWithRow>,
-                  norm_forward_lanes_kernel<float, 6, 4, true, RMS, false, kWithRow, kAdd, false, true>);
+  run<float, LN>(timer, rows, 768, false, 6, warp_rows<float, 6, LN, kWithRow, kNoAdd, true>,
+                 warp_rows<float, 6, LN, kWithRow, kNoAdd, true, true>);
+  run<float, RMS>(timer, rows, 768, false, 6, warp_rows<float, 6, RMS, kWithRow, kAdd>,
+                  warp_rows<float, 6, RMS, kWithRow, kAdd, false, true>);
+  run<float, LN>(timer, rows, 768, true, 6, warp_rows<float, 6, LN, kWithRow, kAdd>,
+                 warp_rows<float, 6, LN, kWithRow, kAdd, false, true>);
+  run<float, RMS>(timer, rows, 768, true, 6, warp_rows<float, 6, RMS, kWithRow, kAdd>,
+                  warp_rows<float, 6, RMS, kWithRow, kAdd, false, true>);
 }
 
 int main() {

@@ -243,56 +243,6 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   row_loss[row] = row_loss_of(a, logit_of(x, t, 0, a.classes), state, t);
 }
 
-// L2 priorities for the two reads of a row in the with-gradient kernel: the
-// first asks L2 to keep the row (evict_last), the second and the gradient's
-// writes go first (streaming), so the second read finds the row in L2 while
-// the other SMs stream theirs. Only 16-byte packs carry the hints.
-__device__ __forceinline__ uint64_t l2_keep_policy() {
-  uint64_t policy = 0;
-#if __CUDA_ARCH__ >= 800
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-#endif
-  return policy;
-}
-
-template <typename P>
-__device__ __forceinline__ P load_keeping_in_l2(const P* p, uint64_t policy) {
-#if __CUDA_ARCH__ >= 800
-  if constexpr (sizeof(P) == 16) {
-    uint4 v;
-    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "l"(policy));
-    P out;
-    memcpy(&out, &v, sizeof(P));
-    return out;
-  }
-#endif
-  return *p;
-}
-
-template <typename P>
-__device__ __forceinline__ P load_streaming(const P* p) {
-  if constexpr (sizeof(P) == 16) {
-    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
-    P out;
-    memcpy(&out, &v, sizeof(P));
-    return out;
-  }
-  return *p;
-}
-
-template <typename P>
-__device__ __forceinline__ void store_streaming(P* p, const P& value) {
-  if constexpr (sizeof(P) == 16) {
-    uint4 v;
-    memcpy(&v, &value, sizeof(P));
-    __stcs(reinterpret_cast<uint4*>(p), v);
-  } else {
-    *p = value;
-  }
-}
-
 // Where the with-gradient kernel's blocks leave the reduced loss (`loss`
 // null: they do not reduce it): each block sums its rows' losses in
 // `block_sums`, and the last to finish, counted at `*arrivals` (zero, and

@@ -220,6 +220,62 @@ __device__ __forceinline__ WalkSlots<T, kVec, Math> copy_to_walk_slots(const Nor
 template <typename T, int kPacks>
 constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 
+// ---- One block per row, read twice (bf16 rows of 8193-16384, no residual):
+// the first read takes the sums without holding the row, asking L2 to keep
+// it, the second normalizes it from L2 (l2_keep_policy). A thread holds one
+// read's packs, not the row through the reduction: rms_norm at 16384 takes
+// 32 registers and four blocks of 512 an SM, the row in registers 58 and two.
+template <typename T, int kPacks, typename Math>
+__global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(NormForwardArgs<T> a) {
+  constexpr bool kCentered = Math::kCentered;
+  using A = opmath_t<T>;
+  using Pack = Vec16<T>;
+  constexpr int kVec = Pack::kSize;
+  const RowThreads<false> threads(a.rows);
+  const int64_t offset = threads.row * a.n;
+  const Pack* const x = reinterpret_cast<const Pack*>(a.x + offset);
+  const int groups = static_cast<int>(a.n / kVec);
+  const uint64_t keep = l2_keep_policy();
+  A mean;
+  const A rstd = row_rstd<kCentered>(
+      a.n, a.eps, kCentered ? static_cast<A>(a.x[offset]) : A(0),
+      [&](auto f) {
+        Pack packs[kPacks];
+#pragma unroll
+        for (int p = 0; p < kPacks; ++p)
+          if (threads.group(p) < groups) packs[p] = load_keeping_in_l2(x + threads.group(p), keep);
+#pragma unroll
+        for (int p = 0; p < kPacks; ++p)
+          if (threads.group(p) < groups)
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) f(element(packs[p], j));
+      },
+      [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
+  const RowNormalizer<T, A> normalize(mean, rstd);
+  Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int g = threads.group(p);
+    if (g >= groups) continue;
+    const Pack v = load_streaming(x + g);
+    const Pack w = a.weight ? reinterpret_cast<const Pack*>(a.weight)[g] : Pack{};
+    const Pack b = kCentered && a.bias ? reinterpret_cast<const Pack*>(a.bias)[g] : Pack{};
+    A result[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      result[j] = normalize(element(v, j)) * (a.weight ? element(w, j) : A(1)) +
+                  (kCentered && a.bias ? element(b, j) : A(0));
+    const uint4 words = words_of<T>(result);
+    Pack packed;
+    memcpy(&packed, &words, sizeof(Pack));
+    store_streaming(out + g, packed);
+  }
+  if (threads.rank == 0) {
+    if constexpr (kCentered) a.mean[threads.row] = mean;
+    a.rstd[threads.row] = rstd;
+  }
+}
+
 // ---- The row in registers. Warp rows load the weight and bias packs with
 // the x packs, so the output pass only computes and stores (faster than
 // reading them after the statistics or staging them in shared memory).
@@ -412,7 +468,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       }
     }
     constexpr bool kWithRow = kParams == ParamLoads::kWithRow;
-    if (kWithRow && weighted()) load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+    if (kWithRow && weighted())
+      load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
     // rms_norm has no bias: without kCentered the shift packs are never
     // loaded, which frees their registers.
     if (kWithRow && biased())

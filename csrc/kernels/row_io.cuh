@@ -80,6 +80,57 @@ __device__ __forceinline__ void widen(const VecN<T, N>& pack, A (&out)[N]) {
   for (int j = 0; j < N; ++j) out[j] = element(pack, j);
 }
 
+// L2 priorities for kernels that read a row twice (cross-entropy's with-
+// gradient kernel, norm_forward_reread_kernel): the first read asks L2 to
+// keep the row (evict_last), the second and the outputs' writes go first
+// (streaming), so the second read finds the row in L2 while the other SMs
+// stream theirs. Only 16-byte packs carry the hints.
+__device__ __forceinline__ uint64_t l2_keep_policy() {
+  uint64_t policy = 0;
+#if __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+template <typename P>
+__device__ __forceinline__ P load_keeping_in_l2(const P* p, uint64_t policy) {
+#if __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(P) == 16) {
+    uint4 v;
+    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(policy));
+    P out;
+    memcpy(&out, &v, sizeof(P));
+    return out;
+  }
+#endif
+  return *p;
+}
+
+template <typename P>
+__device__ __forceinline__ P load_streaming(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+    P out;
+    memcpy(&out, &v, sizeof(P));
+    return out;
+  }
+  return *p;
+}
+
+template <typename P>
+__device__ __forceinline__ void store_streaming(P* p, const P& value) {
+  if constexpr (sizeof(P) == 16) {
+    uint4 v;
+    memcpy(&v, &value, sizeof(P));
+    __stcs(reinterpret_cast<uint4*>(p), v);
+  } else {
+    *p = value;
+  }
+}
+
 // A row, read from its shared-memory copy when there is one.
 template <typename T, typename A>
 struct Row {

@@ -142,6 +142,10 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 template <bool kCentered>
 constexpr int kFullRowPacks = kCentered ? 3 : 6;
 
+// The widest two-byte rows norm_forward_reread_kernel takes (a block of 512
+// threads, four 16-byte packs each).
+constexpr int64_t kRereadRowMax = 16384;
+
 // Rows in registers a warp each run four to a block: float rows take about
 // 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
 // eight-warp ones.
@@ -218,6 +222,24 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
                              std::make_tuple(a));
   };
   if (n > kWarpRowMax) {
+    // bf16 rows of 8193-16384 without a residual, 16-byte aligned: read
+    // twice (norm_forward_reread_kernel), 512 threads of four packs for
+    // rms_norm, 256 of eight for layer_norm. H200, bf16, µs, the row in
+    // registers -> read twice, two passes (bench/micro/reread_rows.cu):
+    // rms_norm (8192, 16384) 132.0 / 131.0 -> 126.6 / 126.8 (the copy 125.2-
+    // 125.5), layer_norm 132.2 / 131.2 -> 130.0 / 130.0; layer_norm at four
+    // packs ran 127.8 / 127.6 in the same run, and 2-3% ahead at 4096 and 8192
+    // wide too, but no GPU check has run with it as the launcher's choice.
+    // Narrower rows stay in registers (rms_norm at 4096 and 8192 ties; eight
+    // packs lose there). float16 was not measured (its layer_norm kernel
+    // takes 69 registers, bf16's 64).
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      if (!a.residual && n > kRereadRowMax / 2 && n <= kRereadRowMax &&
+          packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
+        constexpr int kPacks = Math::kCentered ? 8 : 4;
+        norm_forward_reread_kernel<T, kPacks, Math><<<a.rows, kRereadRowMax / Vec16<T>::kSize / kPacks, 0, stream>>>(a);
+        return cudaGetLastError();
+      }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
     const size_t weight_bytes = a.weight ? sizeof(WalkWeight<T, Vec16<T>::kSize, Math>) : 0;
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
