@@ -142,8 +142,8 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 template <bool kCentered>
 constexpr int kFullRowPacks = kCentered ? 3 : 6;
 
-// The widest two-byte rows norm_forward_reread_kernel takes (a block of 512
-// threads, four 16-byte packs each).
+// The widest rows norm_forward_reread_kernel takes: 2048 16-byte packs of
+// bf16, a block of 512 threads of four (rms_norm) or 256 of eight.
 constexpr int64_t kRereadRowMax = 16384;
 
 // Rows in registers a warp each run four to a block: float rows take about
