@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
       },
       [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
   const RowNormalizer<T, A> normalize(mean, rstd);
-  Pack* const out = reinterpret_cast<Pack*>(a.y + offset);
+  uint4* const out = reinterpret_cast<uint4*>(a.y + offset);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     const int g = threads.group(p);
@@ -265,10 +265,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
     for (int j = 0; j < kVec; ++j)
       result[j] = normalize(element(v, j)) * (a.weight ? element(w, j) : A(1)) +
                   (kCentered && a.bias ? element(b, j) : A(0));
-    const uint4 words = words_of<T>(result);
-    Pack packed;
-    memcpy(&packed, &words, sizeof(Pack));
-    store_streaming(out + g, packed);
+    store_streaming(out + g, words_of<T>(result));
   }
   if (threads.rank == 0) {
     if constexpr (kCentered) a.mean[threads.row] = mean;
