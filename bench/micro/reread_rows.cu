@@ -3,9 +3,9 @@
 // pack past its use, the output from a second that finds the row in L2, as
 // torch.compile's looped reduction does) against the row held in registers
 // (norm_forward_lanes_kernel, what the launcher ran for them before), at
-// four and eight packs a thread. Prints µs, registers, blocks an SM, the
-// copy of the same bytes, the launcher's time and the largest |y|
-// difference from its output.
+// four packs a thread (the launcher's choice, its threads) and eight. Prints
+// µs, registers, blocks an SM, the copy of the same bytes, the launcher's
+// time and the largest |y| difference from its output.
 // bash bench/micro/run.sh reread_rows
 #include <cuda_bf16.h>
 
@@ -20,37 +20,43 @@ constexpr int kVec = Vec16<T>::kSize;
 template <typename Math>
 void run(Timer& timer, int64_t rows, int64_t n) {
   ForwardCase<T, Math> c(timer, rows, n, /*fused_add=*/false);
-  const auto time_kernel = [&](auto kernel, int packs, size_t shared, const char* what) {
-    const int threads = static_cast<int>(n / kVec / packs);
+  const int threads = rows::block_lane_threads(n / kVec);
+  const auto time_kernel = [&](auto kernel, int threads_here, int packs, size_t shared, const char* what) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
     int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads_here, shared));
     cudaFuncAttributes attributes;
     CHECK(cudaFuncGetAttributes(&attributes, kernel));
     CHECK(cudaMemset(c.args.y, 0, c.buffers.bytes()));
-    const float us = timer.median_us([&] { kernel<<<rows, threads, shared>>>(c.args); });
+    const float us = timer.median_us([&] { kernel<<<rows, threads_here, shared>>>(c.args); });
     std::printf("| %s | (%lld, %lld) | %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
-                c.name, (long long)rows, (long long)n, threads, packs, what, attributes.numRegs, per_sm, c.copy_us,
+                c.name, (long long)rows, (long long)n, threads_here, packs, what, attributes.numRegs, per_sm, c.copy_us,
                 c.launcher_us, us, c.launcher_us / us, c.difference());
   };
   // The row in registers as the launcher ran it: layer_norm compiled for
-  // both parameters; rms_norm with its weight staged in shared memory, its
-  // parameters preloaded below 512 threads.
-  const int threads = rows::block_lane_threads(n / kVec);
+  // both parameters (three packs a thread where they hold the row);
+  // rms_norm with its weight staged in shared memory, its parameters
+  // preloaded below 512 threads.
   if constexpr (Math::kCentered) {
-    constexpr auto affine =
-        norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone, true>;
-    time_kernel(affine, 4, 0, "in registers");
+    if (n / kVec <= 3 * threads) {
+      constexpr auto affine =
+          norm_forward_lanes_kernel<T, 3, kVec, false, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone, true>;
+      time_kernel(affine, threads, 3, 0, "in registers");
+    } else {
+      constexpr auto affine =
+          norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone, true>;
+      time_kernel(affine, threads, 4, 0, "in registers");
+    }
   } else {
     const size_t staged = size_t(4) * threads * sizeof(Vec16<T>);
     if (threads == kRowThreadsMax)
-      time_kernel(norm_forward_lanes_kernel<T, 4, kVec, false, Math, false>, 4, staged, "in registers");
+      time_kernel(norm_forward_lanes_kernel<T, 4, kVec, false, Math, false>, threads, 4, staged, "in registers");
     else
-      time_kernel(norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kBeforeOutput>, 4, staged,
-                  "in registers");
+      time_kernel(norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kBeforeOutput>, threads, 4,
+                  staged, "in registers");
   }
-  time_kernel(norm_forward_reread_kernel<T, 4, Math>, 4, 0, "read twice");
-  time_kernel(norm_forward_reread_kernel<T, 8, Math>, 8, 0, "read twice");
+  time_kernel(norm_forward_reread_kernel<T, 4, Math>, threads, 4, 0, "read twice");
+  time_kernel(norm_forward_reread_kernel<T, 8, Math>, threads / 2, 8, 0, "read twice");
 }
 
 int main() {
@@ -65,6 +71,8 @@ int main() {
     run<LayerNormMath>(timer, 4096, 8192);
     run<RmsNormMath>(timer, 8192, 4096);
     run<LayerNormMath>(timer, 8192, 4096);
+    run<LayerNormMath>(timer, 8192, 6000);
+    run<LayerNormMath>(timer, 8192, 4104);
   }
   return 0;
 }

@@ -142,9 +142,13 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 template <bool kCentered>
 constexpr int kFullRowPacks = kCentered ? 3 : 6;
 
-// The widest rows norm_forward_reread_kernel takes: 2048 16-byte packs of
-// bf16, a block of 512 threads of four (rms_norm) or 256 of eight.
+// bf16 rows norm_forward_reread_kernel takes (no residual, 16-byte aligned):
+// up to 2048 16-byte packs, four a thread in blocks of at most 512, from
+// 4097 wide for layer_norm and 8193 for rms_norm (narrower rms_norm rows
+// tie in registers).
 constexpr int64_t kRereadRowMax = 16384;
+template <bool kCentered>
+constexpr int64_t kRereadRowMin = kCentered ? 4097 : 8193;
 
 // Rows in registers a warp each run four to a block: float rows take about
 // 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
@@ -222,22 +226,18 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
                              std::make_tuple(a));
   };
   if (n > kWarpRowMax) {
-    // bf16 rows of 8193-16384 without a residual, 16-byte aligned: read
-    // twice (norm_forward_reread_kernel), 512 threads of four packs for
-    // rms_norm, 256 of eight for layer_norm. H200, bf16, µs, the row in
-    // registers -> read twice, two passes (bench/micro/reread_rows.cu):
+    // Rows of kRereadRowMin-kRereadRowMax read twice. H200, bf16, µs, the
+    // row in registers -> read twice, two passes (bench/micro/reread_rows.cu):
     // rms_norm (8192, 16384) 132.0 / 131.0 -> 126.6 / 126.8 (the copy 125.2-
-    // 125.5), layer_norm 132.2 / 131.2 -> 130.0 / 130.0; layer_norm at four
-    // packs ran 127.8 / 127.6 in the same run, and 2-3% ahead at 4096 and 8192
-    // wide too, but no GPU check has run with it as the launcher's choice.
-    // Narrower rows stay in registers (rms_norm at 4096 and 8192 ties; eight
-    // packs lose there). float16 was not measured (its layer_norm kernel
+    // 125.5); layer_norm (8192, 16384) 132.2 / 131.2 -> 127.8 / 127.6, (4096,
+    // 8192) and (8192, 4096) 35.0-35.3 -> 34.2-34.5. Eight packs a thread
+    // lose at every width. float16 was not measured (its layer_norm kernel
     // takes 69 registers, bf16's 64).
     if constexpr (std::is_same_v<T, __nv_bfloat16>)
-      if (!a.residual && n > kRereadRowMax / 2 && n <= kRereadRowMax &&
+      if (!a.residual && n >= kRereadRowMin<Math::kCentered> && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
-        constexpr int kPacks = Math::kCentered ? 8 : 4;
-        norm_forward_reread_kernel<T, kPacks, Math><<<a.rows, kRereadRowMax / Vec16<T>::kSize / kPacks, 0, stream>>>(a);
+        const int threads = block_lane_threads(n / Vec16<T>::kSize);
+        norm_forward_reread_kernel<T, 4, Math><<<a.rows, threads, 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
