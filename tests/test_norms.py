@@ -470,9 +470,9 @@ def test_half_rows_a_warp_each_parameter(device, dtype, n, kind, with_weight, wi
 def test_half_layer_norm_rows_a_block_each_parameter(device, dtype, n, with_weight, with_bias):
     # Two-byte rows of 1793-16384 run a block a row in registers on the GPU;
     # with both parameters (and no residual) a kernel compiled for them
-    # (2056: the last pack group short of the block); bf16 rows past 4096
-    # are read twice instead (the sums, then the output from L2; 4104, 6000,
-    # 8200 and 12000 leave the last pack group short of the block).
+    # (2056, 4104, 6000, 8200, 12000: the last pack group short of the
+    # block); bf16 rows past 8192 are read twice instead (the sums, then the
+    # output from L2).
     # Forward and backward with each combination of weight and bias.
     rows = 7
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
@@ -488,9 +488,9 @@ def test_half_layer_norm_rows_a_block_each_parameter(device, dtype, n, with_weig
 @pytest.mark.parametrize("with_weight", [False, True])
 def test_bf16_rms_rows_of_one_block_read_twice(device, n, with_weight):
     # bf16 rms_norm rows of 8193-16384 without a residual are read twice on
-    # the GPU, as layer_norm's past 4096 (the test above): 8200 and 12000
-    # leave the last pack group short of the block. Forward and backward,
-    # with and without the weight.
+    # the GPU, as layer_norm's (the test above): 8200 and 12000 leave the
+    # last pack group short of the block. Forward and backward, with and
+    # without the weight.
     rows = 7
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(torch.bfloat16)
     w = torch.randn(n, device=device).to(torch.bfloat16) if with_weight else None

@@ -220,10 +220,9 @@ __device__ __forceinline__ WalkSlots<T, kVec, Math> copy_to_walk_slots(const Nor
 template <typename T, int kPacks>
 constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 
-// ---- One block per row, read twice (bf16 rows without a residual, from
-// kRereadRowMin to kRereadRowMax in launch/norms.cu): the first read takes
-// the sums without holding the row, asking L2 to keep it, the second
-// normalizes it from L2 (l2_keep_policy). A thread holds one
+// ---- One block per row, read twice (bf16 rows of 8193-16384, no residual):
+// the first read takes the sums without holding the row, asking L2 to keep
+// it, the second normalizes it from L2 (l2_keep_policy). A thread holds one
 // read's packs, not the row through the reduction: rms_norm at 16384 takes
 // 32 registers and four blocks of 512 an SM, the row in registers 58 and two.
 template <typename T, int kPacks, typename Math>

@@ -143,12 +143,8 @@ template <bool kCentered>
 constexpr int kFullRowPacks = kCentered ? 3 : 6;
 
 // bf16 rows norm_forward_reread_kernel takes (no residual, 16-byte aligned):
-// up to 2048 16-byte packs, four a thread in blocks of at most 512, from
-// 4097 wide for layer_norm and 8193 for rms_norm (narrower rms_norm rows
-// tie in registers).
+// 1025-2048 16-byte packs, four a thread in blocks of 512.
 constexpr int64_t kRereadRowMax = 16384;
-template <bool kCentered>
-constexpr int64_t kRereadRowMin = kCentered ? 4097 : 8193;
 
 // Rows in registers a warp each run four to a block: float rows take about
 // 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
@@ -226,18 +222,20 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
                              std::make_tuple(a));
   };
   if (n > kWarpRowMax) {
-    // Rows of kRereadRowMin-kRereadRowMax read twice. H200, bf16, µs, the
-    // row in registers -> read twice, two passes (bench/micro/reread_rows.cu):
-    // rms_norm (8192, 16384) 132.0 / 131.0 -> 126.6 / 126.8 (the copy 125.2-
-    // 125.5); layer_norm (8192, 16384) 132.2 / 131.2 -> 127.8 / 127.6, (4096,
-    // 8192) and (8192, 4096) 35.0-35.3 -> 34.2-34.5. Eight packs a thread
-    // lose at every width. float16 was not measured (its layer_norm kernel
-    // takes 69 registers, bf16's 64).
+    // Rows of 8193-kRereadRowMax read twice. H200, bf16, µs, the row in
+    // registers -> read twice at four packs a thread, two passes
+    // (bench/micro/reread_rows.cu): rms_norm (8192, 16384) 131.6 / 132.0 ->
+    // 126.6 / 126.8 (the copy 125.2-125.3), layer_norm 131.8 / 131.9 -> 128.0
+    // / 127.8 (eight packs a thread: 128.4, 130.0). Narrower rows stay in
+    // registers: at 4096 and 8192 wide the two tie within 2% either way, and
+    // layer_norm's three packs a thread win at (8192, 6000) 48.4-49.1 against
+    // 50.5-50.8 and at (8192, 4104) 38.0-38.3 against 39.9-40.2. float16 was
+    // not measured (its layer_norm kernel takes 69 registers, bf16's 64).
     if constexpr (std::is_same_v<T, __nv_bfloat16>)
-      if (!a.residual && n >= kRereadRowMin<Math::kCentered> && n <= kRereadRowMax &&
+      if (!a.residual && n > kRereadRowMax / 2 && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
-        const int threads = block_lane_threads(n / Vec16<T>::kSize);
-        norm_forward_reread_kernel<T, 4, Math><<<a.rows, threads, 0, stream>>>(a);
+        constexpr int kPacks = 4;
+        norm_forward_reread_kernel<T, kPacks, Math><<<a.rows, kRereadRowMax / Vec16<T>::kSize / kPacks, 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
