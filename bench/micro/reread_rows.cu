@@ -3,9 +3,10 @@
 // pack past its use, the output from a second that finds the row in L2, as
 // torch.compile's looped reduction does) against the row held in registers
 // (norm_forward_lanes_kernel, what the launcher ran for them before), at
-// four packs a thread (the launcher's choice, its threads) and eight. Prints
-// µs, registers, blocks an SM, the copy of the same bytes, the launcher's
-// time and the largest |y| difference from its output.
+// one, two, four (the launcher's choice, its threads) and eight packs a
+// thread, four with and without the L2 keep hint. Prints µs, registers,
+// blocks an SM, the copy of the same bytes, the launcher's time and the
+// largest |y| difference from its output.
 // bash bench/micro/run.sh reread_rows
 #include <cuda_bf16.h>
 
@@ -33,30 +34,44 @@ void run(Timer& timer, int64_t rows, int64_t n) {
                 c.name, (long long)rows, (long long)n, threads_here, packs, what, attributes.numRegs, per_sm, c.copy_us,
                 c.launcher_us, us, c.launcher_us / us, c.difference());
   };
-  // The row in registers as the launcher ran it: layer_norm compiled for
-  // both parameters (three packs a thread where they hold the row);
-  // rms_norm with its weight staged in shared memory, its parameters
-  // preloaded below 512 threads.
-  if constexpr (Math::kCentered) {
-    if (n / kVec <= 3 * threads) {
-      constexpr auto affine =
-          norm_forward_lanes_kernel<T, 3, kVec, false, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone, true>;
-      time_kernel(affine, threads, 3, 0, "in registers");
+  // The row in registers as the launcher ran it (three packs a thread where
+  // they hold the row): layer_norm compiled for both parameters; rms_norm
+  // with its weight staged in shared memory, its parameters preloaded below
+  // 512 threads.
+  const auto in_registers = [&](auto packs) {
+    constexpr int kPacks = decltype(packs)::value;
+    if constexpr (Math::kCentered) {
+      time_kernel(
+          norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone, true>,
+          threads, kPacks, 0, "in registers");
     } else {
-      constexpr auto affine =
-          norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone, true>;
-      time_kernel(affine, threads, 4, 0, "in registers");
+      const size_t staged = size_t(kPacks) * threads * sizeof(Vec16<T>);
+      if (threads == kRowThreadsMax)
+        time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false>, threads, kPacks, staged,
+                    "in registers");
+      else
+        time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>, threads,
+                    kPacks, staged, "in registers");
     }
-  } else {
-    const size_t staged = size_t(4) * threads * sizeof(Vec16<T>);
-    if (threads == kRowThreadsMax)
-      time_kernel(norm_forward_lanes_kernel<T, 4, kVec, false, Math, false>, threads, 4, staged, "in registers");
-    else
-      time_kernel(norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kBeforeOutput>, threads, 4,
-                  staged, "in registers");
-  }
-  time_kernel(norm_forward_reread_kernel<T, 4, Math>, threads, 4, 0, "read twice");
-  time_kernel(norm_forward_reread_kernel<T, 8, Math>, threads / 2, 8, 0, "read twice");
+  };
+  if (n / kVec <= 3 * threads)
+    in_registers(std::integral_constant<int, 3>{});
+  else
+    in_registers(std::integral_constant<int, 4>{});
+  // Read twice with the L2 keep hint where the launcher gives it (rows past
+  // 8192), four packs a thread with and without it.
+  const auto read_twice = [&](auto packs, int threads_here) {
+    constexpr int kPacks = decltype(packs)::value;
+    if (threads_here > kRowThreadsMax) return;
+    if (n > 8192 || kPacks == 4) time_kernel(norm_forward_reread_kernel<T, kPacks, Math, true>, threads_here, kPacks, 0,
+                                             "read twice, L2 keep");
+    if (n <= 8192 || kPacks == 4) time_kernel(norm_forward_reread_kernel<T, kPacks, Math, false>, threads_here, kPacks,
+                                              0, "read twice");
+  };
+  read_twice(std::integral_constant<int, 1>{}, threads * 4);
+  read_twice(std::integral_constant<int, 2>{}, threads * 2);
+  read_twice(std::integral_constant<int, 4>{}, threads);
+  read_twice(std::integral_constant<int, 8>{}, threads / 2);
 }
 
 int main() {
@@ -73,6 +88,8 @@ int main() {
     run<LayerNormMath>(timer, 8192, 4096);
     run<LayerNormMath>(timer, 8192, 6000);
     run<LayerNormMath>(timer, 8192, 4104);
+    run<RmsNormMath>(timer, 8192, 6000);
+    run<RmsNormMath>(timer, 8192, 4104);
   }
   return 0;
 }

@@ -220,12 +220,20 @@ __device__ __forceinline__ WalkSlots<T, kVec, Math> copy_to_walk_slots(const Nor
 template <typename T, int kPacks>
 constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 
-// ---- One block per row, read twice (bf16 rows of 8193-16384, no residual):
-// the first read takes the sums without holding the row, asking L2 to keep
-// it, the second normalizes it from L2 (l2_keep_policy). A thread holds one
-// read's packs, not the row through the reduction: rms_norm at 16384 takes
-// 32 registers and four blocks of 512 an SM, the row in registers 58 and two.
-template <typename T, int kPacks, typename Math>
+// ---- One block per row, read twice (bf16 rows without a residual: rms_norm
+// 4097-16384, layer_norm 8193-16384): the first read takes the sums without
+// holding the row, the second normalizes it from L2, streaming it and the
+// output past L2. A thread holds one read's packs, not the row through the
+// reduction: rms_norm at 16384 takes 32 registers and four blocks of 512 an
+// SM, the row in registers 58 and two. kKeepInL2: the first read asks L2 to
+// keep the row (l2_keep_policy): rows of 16384 need it, rows of 8192 and
+// less find theirs without it, and asking costs them 2-4%. H200, bf16, µs,
+// (8192, 16384), the hints added one at a time (a copy of this kernel with
+// each switchable; NOTES, thirty-fifth session): rms_norm 136.2-136.4 with
+// none, 131.5-131.7 with the keep, 129.1-129.4 with the streaming second read
+// too, 127.6-127.7 with the streaming store too; layer_norm 141.9-142.1,
+// 134.3-134.7, 130.0-130.2, 128.2-128.6.
+template <typename T, int kPacks, typename Math, bool kKeepInL2>
 __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(NormForwardArgs<T> a) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
@@ -235,7 +243,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
   const int64_t offset = threads.row * a.n;
   const Pack* const x = reinterpret_cast<const Pack*>(a.x + offset);
   const int groups = static_cast<int>(a.n / kVec);
-  const uint64_t keep = l2_keep_policy();
+  const uint64_t keep = kKeepInL2 ? l2_keep_policy() : 0;
   A mean;
   const A rstd = row_rstd<kCentered>(
       a.n, a.eps, kCentered ? static_cast<A>(a.x[offset]) : A(0),
@@ -243,7 +251,8 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
         Pack packs[kPacks];
 #pragma unroll
         for (int p = 0; p < kPacks; ++p)
-          if (threads.group(p) < groups) packs[p] = load_keeping_in_l2(x + threads.group(p), keep);
+          if (threads.group(p) < groups)
+            packs[p] = kKeepInL2 ? load_keeping_in_l2(x + threads.group(p), keep) : x[threads.group(p)];
 #pragma unroll
         for (int p = 0; p < kPacks; ++p)
           if (threads.group(p) < groups)

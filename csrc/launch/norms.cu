@@ -142,9 +142,12 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 template <bool kCentered>
 constexpr int kFullRowPacks = kCentered ? 3 : 6;
 
-// bf16 rows norm_forward_reread_kernel takes (no residual, 16-byte aligned):
-// 1025-2048 16-byte packs, four a thread in blocks of 512.
+// bf16 rows norm_forward_reread_kernel takes (no residual, 16-byte aligned),
+// four packs a thread: rms_norm's from kRereadRowMax / 4 + 1, layer_norm's
+// from kRereadRowMax / 2 + 1; the L2 keep hint past kRereadRowMax / 2.
 constexpr int64_t kRereadRowMax = 16384;
+template <bool kCentered>
+constexpr int64_t kRereadRowMin = (kCentered ? kRereadRowMax / 2 : kRereadRowMax / 4) + 1;
 
 // Rows in registers a warp each run four to a block: float rows take about
 // 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
@@ -222,20 +225,24 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
                              std::make_tuple(a));
   };
   if (n > kWarpRowMax) {
-    // Rows of 8193-kRereadRowMax read twice. H200, bf16, µs, the row in
-    // registers -> read twice at four packs a thread, two passes
-    // (bench/micro/reread_rows.cu): rms_norm (8192, 16384) 131.6 / 132.0 ->
-    // 126.6 / 126.8 (the copy 125.2-125.3), layer_norm 131.8 / 131.9 -> 128.0
-    // / 127.8 (eight packs a thread: 128.4, 130.0). Narrower rows stay in
-    // registers: at 4096 and 8192 wide the two tie within 2% either way, and
-    // layer_norm's three packs a thread win at (8192, 6000) 48.4-49.1 against
-    // 50.5-50.8 and at (8192, 4104) 38.0-38.3 against 39.9-40.2. float16 was
-    // not measured (its layer_norm kernel takes 69 registers, bf16's 64).
+    // Rows read twice. H200, bf16, µs, the row in registers -> read twice,
+    // two or three passes (bench/micro/reread_rows.cu): rms_norm (8192,
+    // 16384) 131.6-132.2 -> 126.6-127.7 (the copy 125.2-126.5), layer_norm
+    // 131.8-133.2 -> 127.8-128.6; rms_norm without the keep hint (4096,
+    // 8192) 33.3-33.5 -> 32.0-32.3, (4096, 7168) 29.7-29.8 -> 28.4-28.6,
+    // (8192, 6000) 50.2-50.8 -> 46.9-47.1, (8192, 5120) 45.2-46.0 -> 40.0,
+    // (8192, 4104) 41.2-41.3 -> 33.4-33.8. Narrower layer_norm rows stay in
+    // registers: (4096, 8192) ties within 3% either way across runs, and
+    // (8192, 6000), (8192, 5120) and (8192, 4104) lose 1-6% to its three
+    // packs a thread. Rows of 4096 tie. Eight packs a thread lose at every
+    // width. float16 was not measured (its layer_norm kernel takes 69
+    // registers, bf16's 64).
     if constexpr (std::is_same_v<T, __nv_bfloat16>)
-      if (!a.residual && n > kRereadRowMax / 2 && n <= kRereadRowMax &&
+      if (!a.residual && n >= kRereadRowMin<Math::kCentered> && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
-        constexpr int kPacks = 4;
-        norm_forward_reread_kernel<T, kPacks, Math><<<a.rows, kRereadRowMax / Vec16<T>::kSize / kPacks, 0, stream>>>(a);
+        const auto kernel = n > kRereadRowMax / 2 ? norm_forward_reread_kernel<T, 4, Math, true>
+                                                  : norm_forward_reread_kernel<T, 4, Math, false>;
+        kernel<<<a.rows, block_lane_threads(n / Vec16<T>::kSize), 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
