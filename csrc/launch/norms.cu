@@ -225,18 +225,18 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
                              std::make_tuple(a));
   };
   if (n > kWarpRowMax) {
-    // Rows read twice. H200, bf16, µs, the row in registers -> read twice,
-    // two or three passes (bench/micro/reread_rows.cu): rms_norm (8192,
-    // 16384) 131.6-132.2 -> 126.6-127.7 (the copy 125.2-126.5), layer_norm
-    // 131.8-133.2 -> 127.8-128.6; rms_norm without the keep hint (4096,
-    // 8192) 33.3-33.5 -> 32.0-32.3, (4096, 7168) 29.7-29.8 -> 28.4-28.6,
-    // (8192, 6000) 50.2-50.8 -> 46.9-47.1, (8192, 5120) 45.2-46.0 -> 40.0,
-    // (8192, 4104) 41.2-41.3 -> 33.4-33.8. Narrower layer_norm rows stay in
-    // registers: (4096, 8192) ties within 3% either way across runs, and
-    // (8192, 6000), (8192, 5120) and (8192, 4104) lose 1-6% to its three
-    // packs a thread. Rows of 4096 tie. Eight packs a thread lose at every
-    // width. float16 was not measured (its layer_norm kernel takes 69
-    // registers, bf16's 64).
+    // Rows read twice. H200, bf16, µs, the row in registers -> read twice
+    // (bench/micro/reread_rows.cu, several runs): rms_norm (8192, 16384)
+    // 131.3-132.2 -> 126.6-127.7 (the copy 125.1-126.5), layer_norm
+    // 131.6-133.2 -> 127.5-128.6; rms_norm without the keep hint (8192, 4104)
+    // 41.2-41.4 -> 33.4-33.8, (8192, 5120) 45.2-46.0 -> 40.0, (8192, 6000)
+    // 49.5-50.8 -> 46.7-47.3, (4096, 8192) 33.2-33.5 -> 32.0-32.3 (the probe
+    // times its first kernels of a shape up to 1.7 µs slow, the row in
+    // registers among them: NOTES; bench/peers.py 32.3 -> 31.7). Narrower
+    // layer_norm rows stay in registers: (4096, 8192) ties, and (8192, 6000),
+    // (8192, 5120) and (8192, 4104) lose 1-6% to its three packs a thread.
+    // Rows of 4096 tie. Eight packs a thread lose at every width. float16 was
+    // not measured (its layer_norm kernel takes 69 registers, bf16's 64).
     if constexpr (std::is_same_v<T, __nv_bfloat16>)
       if (!a.residual && n >= kRereadRowMin<Math::kCentered> && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
