@@ -226,8 +226,8 @@ constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 // output past L2. A thread holds one read's packs, not the row through the
 // reduction: rms_norm at 16384 takes 32 registers and four blocks of 512 an
 // SM, the row in registers 58 and two. kKeepInL2: the first read asks L2 to
-// keep the row (l2_keep_policy): rows of 16384 need it, rows of 8192 and
-// less find theirs without it, and asking costs them 2-4%. H200, bf16, µs,
+// keep the row (l2_keep_policy): rows of 16384 need it; rows of 8192 and
+// less find theirs without it (asking costs rms_norm's 2-4%). H200, bf16, µs,
 // (8192, 16384), the hints added one at a time (a copy of this kernel with
 // each switchable; NOTES, thirty-fifth session): rms_norm 136.2-136.4 with
 // none, 131.5-131.7 with the keep, 129.1-129.4 with the streaming second read
