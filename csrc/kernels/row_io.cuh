@@ -82,9 +82,9 @@ __device__ __forceinline__ void widen(const VecN<T, N>& pack, A (&out)[N]) {
 
 // L2 priorities for kernels that read a row twice (cross-entropy's with-
 // gradient kernel, norm_forward_reread_kernel): the first read asks L2 to
-// keep the row (evict_last), the second and the outputs' writes go first
-// (streaming), so the second read finds the row in L2 while the other SMs
-// stream theirs. Only 16-byte packs carry the hints.
+// keep the row (evict_last; the norms' only past 8192 wide), the second and
+// the outputs' writes go first (streaming), so the second read finds the row
+// in L2 while the other SMs stream theirs. Only 16-byte packs carry the hints.
 __device__ __forceinline__ uint64_t l2_keep_policy() {
   uint64_t policy = 0;
 #if __CUDA_ARCH__ >= 800
