@@ -306,10 +306,13 @@ __device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads,
 }
 
 // A thread's shares of one row of each of kInputs tensors: kPacks 16-byte
-// packs of each, held as words (word_element).
+// packs of each, held as words (word_element), and the first word of the
+// first tensor's row (layer_norm's shift), loaded with them so that the row's
+// sums need not wait for it.
 template <int kInputs, int kPacks>
 struct RowShares {
   uint4 words[kInputs][kPacks];
+  uint32_t head;
 };
 
 // The walk of the pipelined kernels (cluster k takes rows k, k + G, ... of
@@ -327,6 +330,7 @@ __device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64
 #pragma unroll
     for (int i = 0; i < kInputs; ++i)
       load_packs(threads, reinterpret_cast<const uint4*>(inputs[i] + row * n), groups, shares.words[i]);
+    shares.head = *reinterpret_cast<const uint32_t*>(inputs[0] + row * n);
   };
   const int64_t row_groups = gridDim.x / cluster_blocks();
   Shares shares, next;
