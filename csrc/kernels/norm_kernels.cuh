@@ -426,7 +426,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   };
   const bool prefetch = kPrefetch && !a.residual;
   Pack ahead[kPacks];
-  if (prefetch && threads.row < a.rows) load_x(threads.row, ahead);
+  // With the next row, its first value (layer_norm's shift): read at the
+  // row's start, the row's sums would wait on it.
+  T ahead_head{};
+  const auto prefetch_row = [&](int64_t row) {
+    load_x(row, ahead);
+    if constexpr (kCentered) ahead_head = a.x[row * a.n];
+  };
+  if (prefetch && threads.row < a.rows) prefetch_row(threads.row);
   for (;; threads.row += row_groups) {
     if constexpr (kWalk) {
       if (threads.row >= a.rows) break;
@@ -436,9 +443,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     }
     const int64_t offset = threads.row * a.n;
     Pack packs[kPacks], scales[kPacks], shifts[kPacks];
+    T head{};
     if (prefetch) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p) packs[p] = ahead[p];
+      head = ahead_head;
     } else {
       load_x(threads.row, packs);
     }
@@ -447,7 +456,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       if (!prefetch || fetched) return;
       fetched = true;
       const int64_t next = threads.row + row_groups;
-      if (next < a.rows) load_x(next, ahead);
+      if (next < a.rows) prefetch_row(next);
     };
     if (kResidual == ResidualAdd::kInRegisters && a.residual) {
       Pack adds[kPacks];
@@ -481,11 +490,13 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     if (kWithRow && biased())
       load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
     // The row's first value as the shift: lane 0's in a warp row, a load
-    // every thread shares in a block row.
+    // every thread shares in a block row (a prefetching walk's came with the
+    // row).
     A shift = 0;
     if constexpr (kCentered && kWarpRows) shift = __shfl_sync(kFullMask, value(packs[0], 0), 0);
     if constexpr (kCentered && !kWarpRows)
-      shift = static_cast<A>(a.x[offset]) + (a.residual ? static_cast<A>(a.residual[offset]) : A(0));
+      shift = prefetch ? static_cast<A>(head)
+                       : static_cast<A>(a.x[offset]) + (a.residual ? static_cast<A>(a.residual[offset]) : A(0));
     A mean;
     const A rstd = row_rstd<kCentered>(
         n, a.eps, shift,
