@@ -484,18 +484,19 @@ def test_half_layer_norm_rows_a_block_each_parameter(device, dtype, n, with_weig
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n", [4096, 4104, 6000, 8192, 8200, 12000, 16384])
 @pytest.mark.parametrize("with_weight", [False, True])
-def test_bf16_rms_rows_of_one_block_read_twice(device, n, with_weight):
-    # bf16 rms_norm rows of 4097-16384 without a residual are read twice on
-    # the GPU (past 8192 asking L2 to keep the row), as layer_norm's past
-    # 8192 (the test above); 4096 stays in registers. 4104, 6000, 8200 and
-    # 12000 leave the last pack group short of the block. Forward and
-    # backward, with and without the weight.
+def test_half_rms_rows_of_one_block_read_twice(device, dtype, n, with_weight):
+    # Two-byte rms_norm rows of 4097-16384 without a residual are read twice
+    # on the GPU (past 8192 asking L2 to keep the row), as layer_norm's bf16
+    # ones past 8192 (the test above); 4096 stays in registers. 4104, 6000,
+    # 8200 and 12000 leave the last pack group short of the block. Forward
+    # and backward, with and without the weight.
     rows = 7
-    x = (torch.randn(rows, n, device=device) * 3 + 1).to(torch.bfloat16)
-    w = torch.randn(n, device=device).to(torch.bfloat16) if with_weight else None
-    g = torch.randn(rows, n, device=device).to(torch.bfloat16)
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    w = torch.randn(n, device=device).to(dtype) if with_weight else None
+    g = torch.randn(rows, n, device=device).to(dtype)
     outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
 
 

@@ -2,6 +2,8 @@
 // (rows, n), weight and bias of n, and statistics for `stat_rows` rows.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <vector>
 
 #include "../../csrc/kernels/norm_kernels.cuh"
@@ -46,7 +48,8 @@ struct ForwardCase {
   float copy_us, launcher_us;
   std::vector<T> launcher_y;
   const char* name;
-  const char* dtype = std::is_same_v<T, float> ? "float32" : "bfloat16";
+  static constexpr bool kFloat = std::is_same_v<T, float>, kHalf = std::is_same_v<T, __half>;
+  const char* dtype = kFloat ? "float32" : kHalf ? "float16" : "bfloat16";
   ForwardCase(Timer& timer, int64_t rows, int64_t n, bool fused_add)
       : buffers(rows, n, rows),
         args(buffers.args),
@@ -72,7 +75,7 @@ struct ForwardCase {
   }
   float time_launcher(Timer& timer) {
     using namespace fastreduce;
-    const NormShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, args.rows, args.n,
+    const NormShape shape{kFloat ? DType::Float : kHalf ? DType::Half : DType::BFloat16, args.rows, args.n,
                           Math::kCentered ? NormKind::Layer : NormKind::Rms, "probe"};
     const NormForwardBuffers<> io{args.x, residual, args.weight, args.bias, args.y, residual_out,
                                   Math::kCentered ? args.mean : nullptr, args.rstd};

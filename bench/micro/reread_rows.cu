@@ -6,20 +6,20 @@
 // one, two, four (the launcher's choice, its threads) and eight packs a
 // thread, four with and without the L2 keep hint. Prints µs, registers,
 // blocks an SM, the copy of the same bytes, the launcher's time and the
-// largest |y| difference from its output.
+// largest |y| difference from its output, bf16 and float16.
 // bash bench/micro/run.sh reread_rows
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "../../csrc/launch/norms.h"
 #include "../../csrc/launch/rows.h"
 #include "norm_rows.cuh"
 
 using namespace fastreduce;
-using T = __nv_bfloat16;
-constexpr int kVec = Vec16<T>::kSize;
 
-template <typename Math>
+template <typename T, typename Math>
 void run(Timer& timer, int64_t rows, int64_t n) {
+  constexpr int kVec = Vec16<T>::kSize;
   ForwardCase<T, Math> c(timer, rows, n, /*fused_add=*/false);
   const int threads = rows::block_lane_threads(n / kVec);
   const auto time_kernel = [&](auto kernel, int threads_here, int packs, size_t shared, const char* what) {
@@ -30,8 +30,8 @@ void run(Timer& timer, int64_t rows, int64_t n) {
     CHECK(cudaFuncGetAttributes(&attributes, kernel));
     CHECK(cudaMemset(c.args.y, 0, c.buffers.bytes()));
     const float us = timer.median_us([&] { kernel<<<rows, threads_here, shared>>>(c.args); });
-    std::printf("| %s | (%lld, %lld) | %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
-                c.name, (long long)rows, (long long)n, threads_here, packs, what, attributes.numRegs, per_sm, c.copy_us,
+    std::printf("| %s | %s | (%lld, %lld) | %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
+                c.name, c.dtype, (long long)rows, (long long)n, threads_here, packs, what, attributes.numRegs, per_sm, c.copy_us,
                 c.launcher_us, us, c.launcher_us / us, c.difference());
   };
   // The row in registers as the launcher ran it (three packs a thread where
@@ -74,26 +74,32 @@ void run(Timer& timer, int64_t rows, int64_t n) {
   read_twice(std::integral_constant<int, 8>{}, threads / 2);
   // The launcher timed again after the kernels (its first time follows the
   // last case's kernels).
-  std::printf("| %s | (%lld, %lld) | | launcher again | | | | %.1f | | |\n", c.name, (long long)rows, (long long)n,
-              c.time_launcher(timer));
+  std::printf("| %s | %s | (%lld, %lld) | | launcher again | | | | %.1f | | |\n", c.name, c.dtype, (long long)rows,
+              (long long)n, c.time_launcher(timer));
+}
+
+template <typename T>
+void shapes(Timer& timer) {
+  run<T, RmsNormMath>(timer, 8192, 16384);
+  run<T, LayerNormMath>(timer, 8192, 16384);
+  run<T, RmsNormMath>(timer, 4096, 8192);
+  run<T, LayerNormMath>(timer, 4096, 8192);
+  run<T, RmsNormMath>(timer, 8192, 4096);
+  run<T, LayerNormMath>(timer, 8192, 4096);
+  run<T, LayerNormMath>(timer, 8192, 6000);
+  run<T, LayerNormMath>(timer, 8192, 4104);
+  run<T, RmsNormMath>(timer, 8192, 6000);
+  run<T, RmsNormMath>(timer, 8192, 4104);
 }
 
 int main() {
   Timer timer;
   std::printf(
-      "| norm | shape | threads x packs | kernel | registers | copy µs | launcher µs | kernel µs | launcher / kernel | "
-      "max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| norm | dtype | shape | threads x packs | kernel | registers | copy µs | launcher µs | kernel µs | "
+      "launcher / kernel | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int pass = 0; pass < 2; ++pass) {
-    run<RmsNormMath>(timer, 8192, 16384);
-    run<LayerNormMath>(timer, 8192, 16384);
-    run<RmsNormMath>(timer, 4096, 8192);
-    run<LayerNormMath>(timer, 4096, 8192);
-    run<RmsNormMath>(timer, 8192, 4096);
-    run<LayerNormMath>(timer, 8192, 4096);
-    run<LayerNormMath>(timer, 8192, 6000);
-    run<LayerNormMath>(timer, 8192, 4104);
-    run<RmsNormMath>(timer, 8192, 6000);
-    run<RmsNormMath>(timer, 8192, 4104);
+    shapes<__nv_bfloat16>(timer);
+    shapes<__half>(timer);
   }
   return 0;
 }

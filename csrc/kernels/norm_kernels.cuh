@@ -220,18 +220,18 @@ __device__ __forceinline__ WalkSlots<T, kVec, Math> copy_to_walk_slots(const Nor
 template <typename T, int kPacks>
 constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 
-// ---- One block per row, read twice (bf16 rows without a residual: rms_norm
-// 4097-16384, layer_norm 8193-16384): the first read takes the sums without
-// holding the row, the second normalizes it from L2, streaming it and the
-// output past L2. A thread holds one read's packs, not the row through the
-// reduction: rms_norm at 16384 takes 32 registers and four blocks of 512 an
-// SM, the row in registers 58 and two. kKeepInL2: the first read asks L2 to
-// keep the row (l2_keep_policy): rows of 16384 need it; rows of 8192 and
+// ---- One block per row, read twice (two-byte rows without a residual:
+// rms_norm's 4097-16384, layer_norm's bf16 8193-16384): the first read takes
+// the sums without holding the row, the second normalizes it from L2, streaming
+// it and the output past L2. A thread holds one read's packs, not the row
+// through the reduction: rms_norm at 16384 takes 32 registers and four blocks
+// of 512 an SM, the row in registers 58 and two. kKeepInL2: the first read asks
+// L2 to keep the row (l2_keep_policy): rows of 16384 need it; rows of 8192 and
 // less find theirs without it (asking costs rms_norm's 2-4%). H200, bf16, µs,
-// (8192, 16384), the hints added one at a time (a copy of this kernel with
-// each switchable; NOTES, thirty-fifth session): rms_norm 136.2-136.4 with
-// none, 131.5-131.7 with the keep, 129.1-129.4 with the streaming second read
-// too, 127.6-127.7 with the streaming store too; layer_norm 141.9-142.1,
+// (8192, 16384), the hints added one at a time (a copy of this kernel with each
+// switchable; NOTES, thirty-fifth session): rms_norm 136.2-136.4 with none,
+// 131.5-131.7 with the keep, 129.1-129.4 with the streaming second read too,
+// 127.6-127.7 with the streaming store too; layer_norm 141.9-142.1,
 // 134.3-134.7, 130.0-130.2, 128.2-128.6.
 template <typename T, int kPacks, typename Math, bool kKeepInL2>
 __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(NormForwardArgs<T> a) {

@@ -142,12 +142,18 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 template <bool kCentered>
 constexpr int kFullRowPacks = kCentered ? 3 : 6;
 
-// bf16 rows norm_forward_reread_kernel takes (no residual, 16-byte aligned),
-// four packs a thread: rms_norm's from kRereadRowMax / 4 + 1, layer_norm's
-// from kRereadRowMax / 2 + 1; the L2 keep hint past kRereadRowMax / 2.
+// Two-byte rows norm_forward_reread_kernel takes (no residual, 16-byte
+// aligned), four packs a thread: rms_norm's from kRereadRowMax / 4 + 1,
+// layer_norm's bf16 ones from kRereadRowMax / 2 + 1; the L2 keep hint past
+// kRereadRowMax / 2. layer_norm's float16 rows stay in registers: its kernel
+// takes 47-50 registers (bf16's 39-47), two blocks an SM at 16384 (H200, µs,
+// in registers -> read twice: (8192, 16384) 136.3 -> 143.3, (4096, 8192)
+// 35.5 -> 37.4).
 constexpr int64_t kRereadRowMax = 16384;
 template <bool kCentered>
 constexpr int64_t kRereadRowMin = (kCentered ? kRereadRowMax / 2 : kRereadRowMax / 4) + 1;
+template <typename T, typename Math>
+constexpr bool kReadsTwice = std::is_same_v<T, __nv_bfloat16> || (std::is_same_v<T, __half> && !Math::kCentered);
 
 // Rows in registers a warp each run four to a block: float rows take about
 // 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
@@ -235,9 +241,11 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // registers among them: NOTES; bench/peers.py 32.3 -> 31.7). Narrower
     // layer_norm rows stay in registers: (4096, 8192) ties, and (8192, 6000),
     // (8192, 5120) and (8192, 4104) lose 1-6% to its three packs a thread.
-    // Rows of 4096 tie. Eight packs a thread lose at every width. float16 was
-    // not measured (its layer_norm kernel takes 69 registers, bf16's 64).
-    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    // Rows of 4096 tie. Eight packs a thread lose at every width. float16
+    // rms_norm, in registers -> read twice: (8192, 4104) 39.1 -> 34.1, (8192,
+    // 6000) 48.0 -> 47.6, (4096, 8192) 33.4 -> 32.2, (8192, 16384) 131.0 ->
+    // 127.2 (one run).
+    if constexpr (kReadsTwice<T, Math>)
       if (!a.residual && n >= kRereadRowMin<Math::kCentered> && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
         const auto kernel = n > kRereadRowMax / 2 ? norm_forward_reread_kernel<T, 4, Math, true>
