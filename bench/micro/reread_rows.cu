@@ -31,8 +31,8 @@ void run(Timer& timer, int64_t rows, int64_t n) {
     CHECK(cudaMemset(c.args.y, 0, c.buffers.bytes()));
     const float us = timer.median_us([&] { kernel<<<rows, threads_here, shared>>>(c.args); });
     std::printf("| %s | %s | (%lld, %lld) | %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
-                c.name, c.dtype, (long long)rows, (long long)n, threads_here, packs, what, attributes.numRegs, per_sm, c.copy_us,
-                c.launcher_us, us, c.launcher_us / us, c.difference());
+                c.name, c.dtype, (long long)rows, (long long)n, threads_here, packs, what, attributes.numRegs, per_sm,
+                c.copy_us, c.launcher_us, us, c.launcher_us / us, c.difference());
   };
   // The row in registers as the launcher ran it (three packs a thread where
   // they hold the row): layer_norm compiled for both parameters; rms_norm
