@@ -236,9 +236,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // 131.3-132.2 -> 126.6-127.7 (the copy 125.1-126.5), layer_norm
     // 131.6-133.2 -> 127.5-128.6; rms_norm without the keep hint (8192, 4104)
     // 41.2-41.4 -> 33.4-33.8, (8192, 5120) 45.2-46.0 -> 40.0, (8192, 6000)
-    // 49.5-50.8 -> 46.7-47.3, (4096, 8192) 33.2-33.5 -> 32.0-32.3 (the probe
-    // times its first kernels of a shape up to 1.7 µs slow, the row in
-    // registers among them: NOTES; bench/peers.py 32.3 -> 31.7). Narrower
+    // 49.5-50.8 -> 46.7-47.3, (4096, 8192) 33.2-33.5 -> 32.0-32.3 (the
+    // probe's times of a shape move by up to 2 µs with their order, the row
+    // in registers among them: NOTES; bench/peers.py 32.3 -> 31.7). Narrower
     // layer_norm rows stay in registers: (4096, 8192) ties, and (8192, 6000),
     // (8192, 5120) and (8192, 4104) lose 1-6% to its three packs a thread.
     // Rows of 4096 tie. Eight packs a thread lose at every width. float16
