@@ -587,7 +587,7 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
 @pytest.mark.parametrize("params", ["none", "weight", "bias", "both"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("n, rows", [(20000, 300), (65536, 300), (262144, 35)])
 def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype, n, rows):
     # Rows of 20000-262144 take clusters of 2-16 blocks, which walk several

@@ -164,42 +164,31 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
 template <typename T, typename Math>
 constexpr bool kStagesWeight = !Math::kCentered && sizeof(T) == 2;
 
-// A walking kernel's shared slot of one weight pack of kVec elements.
-template <typename T, int kVec, typename Math>
-using WalkWeight = std::conditional_t<Math::kCentered, VecN<opmath_t<T>, kVec>, VecN<T, kVec>>;
-
 // A walking kernel's parameters: each thread copies the weight and bias
 // packs it uses into its own slots of dynamic shared memory once
 // (kPacks * blockDim.x slots of each parameter given, the weight's first),
 // and every row reads them there. kAlways: slots for both parameters
 // whether given or not, filled with ones and zeros where not, so the output
 // pass is one straight line for every combination.
-template <typename T, int kVec, typename Math>
+template <typename T, int kVec>
 struct WalkSlots {
-  WalkWeight<T, kVec, Math>* weight;
+  VecN<T, kVec>* weight;
   VecN<T, kVec>* bias;
 };
 template <int kPacks, int kVec, typename Math, bool kAlways = false, typename T, bool kWarpRows>
-__device__ __forceinline__ WalkSlots<T, kVec, Math> copy_to_walk_slots(const NormForwardArgs<T>& a,
-                                                                        const RowThreads<kWarpRows>& threads,
-                                                                        int groups) {
+__device__ __forceinline__ WalkSlots<T, kVec> copy_to_walk_slots(const NormForwardArgs<T>& a,
+                                                                  const RowThreads<kWarpRows>& threads, int groups) {
   using Pack = VecN<T, kVec>;
-  using WeightSlot = WalkWeight<T, kVec, Math>;
-  WeightSlot* const weight = reinterpret_cast<WeightSlot*>(row_cache<T>(0, 0));
-  Pack* const bias = reinterpret_cast<Pack*>(weight + (kAlways || a.weight ? kPacks * blockDim.x : 0));
+  Pack* const weight = reinterpret_cast<Pack*>(row_cache<T>(0, 0));
+  Pack* const bias = weight + (kAlways || a.weight ? kPacks * blockDim.x : 0);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     if (threads.group(p) >= groups) continue;
     if (kAlways || a.weight) {
-      WeightSlot slot;
+      Pack ones;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) slot.elem[j] = static_cast<std::decay_t<decltype(slot.elem[j])>>(1.0f);
-      if (a.weight) {
-        const Pack w = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) slot.elem[j] = w.elem[j];
-      }
-      weight[threads.local(p)] = slot;
+      for (int j = 0; j < kVec; ++j) ones.elem[j] = static_cast<T>(1.0f);
+      weight[threads.local(p)] = a.weight ? reinterpret_cast<const Pack*>(a.weight)[threads.group(p)] : ones;
     }
     if (Math::kCentered && (kAlways || a.bias))
       bias[threads.local(p)] = a.bias ? reinterpret_cast<const Pack*>(a.bias)[threads.group(p)] : Pack{};
@@ -295,10 +284,15 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
 // use into its own slots of dynamic shared memory (kPacks * blockDim.x packs
 // a parameter), and every row reads them from there: read per row through
 // L1, layer_norm's two parameters (64 KiB each a block at float rows of
-// 262144) missed it. layer_norm's weight slots hold it in the accumulator
-// type (WalkWeight: for two-byte rows twice the bytes, one unpacking an
-// element less; bf16 (512, 262144) 212 -> 206 µs on the H100); rms_norm's
-// keep the packs (floats took its bf16 walk to 68 registers, one block an SM).
+// 262144) missed it. The slots hold the parameters' own packs: layer_norm's
+// two-byte weight held as floats (an unpacking an element less) made 48
+// bytes of shared-memory reads a pack, which every warp issues at once after
+// the exchange and then waits on (ncu: short-scoreboard stalls at the
+// bias's unpacking). H200, µs, floats -> packs: pipelined layer_norm bf16
+// (512, 262144) 153-155 -> 138-139, (2048, 65536) 144-145 -> 136-137,
+// float16 (512, 262144) 154-155 -> 138-139; this walk with the add, bf16
+// (2048, 65536) 296-299 -> 300-303, (512, 262144) ties, float16 (512,
+// 262144) 299-304 -> 289-293 (read as words here, bf16 lost 14%).
 //
 // layer_norm's walking kernels of at most four packs a thread are held to two
 // blocks an SM, as their one-row kernels run (bf16 took 73 registers unheld,
@@ -400,8 +394,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   // false kernels differently (their SASS changes; as lambdas it does not).
   const auto weighted = [&] { return kAffine || a.weight; };
   const auto biased = [&] { return kCentered && (kAffine || a.bias); };
-  using WeightSlot = WalkWeight<T, kVec, Math>;
-  WalkSlots<T, kVec, Math> slots{};
+  WalkSlots<T, kVec> slots{};
   if constexpr (kWalk) slots = copy_to_walk_slots<kPacks, kVec, Math>(a, threads, groups);
   // rms_norm's two-byte one-row blocks copy their weight packs into shared
   // memory as the row loads, where the launcher gives them room (single
@@ -524,12 +517,12 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (!in_row(p)) continue;
-      WeightSlot walk_weight;
+      Pack walk_weight;
       if constexpr (kWalk) {
         // Whole slots either way: assigned only where a parameter is given,
         // they stay live from row to row (layer_norm bf16: 97 registers, not
         // 64). The one-row kernels do not loop, and run 1-3% slower so.
-        walk_weight = weighted() ? slots.weight[threads.local(p)] : WeightSlot{};
+        walk_weight = weighted() ? slots.weight[threads.local(p)] : Pack{};
         shifts[p] = biased() ? slots.bias[threads.local(p)] : Pack{};
       } else if constexpr (kParams == ParamLoads::kPerPack) {
         load_params(p);
@@ -567,10 +560,11 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
   using A = float;
   using Pack = Vec16<T>;
   using Words = uint4;  // a pack held as words (word_element)
-  using WeightSlot = WalkWeight<T, kVec, Math>;
   RowThreads<false> threads(a.rows);
   const int n = static_cast<int>(a.n), groups = n / kVec;
-  const WalkSlots<T, kVec, Math> slots = copy_to_walk_slots<kPacks, kVec, Math, true>(a, threads, groups);
+  const WalkSlots<T, kVec> slots = copy_to_walk_slots<kPacks, kVec, Math, true>(a, threads, groups);
+  const Words* const weight_words = reinterpret_cast<const Words*>(slots.weight);
+  const Words* const bias_words = reinterpret_cast<const Words*>(slots.bias);
   walk_pipelined<kPacks>(threads, a.rows, a.n, {a.x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
     const Words(&packs)[kPacks] = shares.words[0];
     const int64_t offset = row * a.n;
@@ -604,13 +598,14 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;
-      const WeightSlot w = slots.weight[threads.local(p)];
-      const Pack b = kCentered ? slots.bias[threads.local(p)] : Pack{};
+      // The parameters' slots read as words, as the row's shares.
+      const Words w = weight_words[threads.local(p)];
+      const Words b = kCentered ? bias_words[threads.local(p)] : Words{};
       A result[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const A v = normalize(word_element<T>(packs[p], j)) * static_cast<A>(w.elem[j]);
-        result[j] = kCentered ? v + static_cast<A>(b.elem[j]) : v;
+        const A v = normalize(word_element<T>(packs[p], j)) * word_element<T>(w, j);
+        result[j] = kCentered ? v + word_element<T>(b, j) : v;
       }
       out[threads.group(p)] = words_of<T>(result);
     }

@@ -255,14 +255,13 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
-    const size_t weight_bytes = a.weight ? sizeof(WalkWeight<T, Vec16<T>::kSize, Math>) : 0;
+    const size_t weight_bytes = a.weight ? sizeof(Vec16<T>) : 0;
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
     // One-block rows that stage their weight (norm_kernels.cuh) get its packs' room.
     const size_t staged_bytes = kStagesWeight<T, Math> && a.weight ? sizeof(Vec16<T>) : 0;
     // The pipelined kernel's slots hold both parameters, given or not
     // (copy_to_walk_slots).
-    const size_t pipelined_slot_bytes =
-        sizeof(WalkWeight<T, Vec16<T>::kSize, Math>) + (Math::kCentered ? sizeof(Vec16<T>) : 0);
+    const size_t pipelined_slot_bytes = (Math::kCentered ? 2 : 1) * sizeof(Vec16<T>);
     // Rows past one block without a residual: the pipelined kernel (rows.h).
     // H200, µs, against the walks of the lanes kernel: bf16 rms_norm (512,
     // 262144) 155.8 -> 142.0, (4096, 32768) 151.0 -> 136.6, layer_norm (512,
