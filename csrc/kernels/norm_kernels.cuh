@@ -285,9 +285,9 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
 // a parameter), and every row reads them from there: read per row through
 // L1, layer_norm's two parameters (64 KiB each a block at float rows of
 // 262144) missed it. The slots hold the parameters' own packs: layer_norm's
-// two-byte weight held as floats (an unpacking an element less) made 48
-// bytes of shared-memory reads a pack, which every warp issues at once after
-// the exchange and then waits on (ncu: short-scoreboard stalls at the
+// two-byte weight held as floats (one unpacking an element less) made 48
+// bytes of shared-memory reads a pack, which every warp issued at once after
+// the exchange and then waited on (ncu: short-scoreboard stalls at the
 // bias's unpacking). H200, µs, floats -> packs: pipelined layer_norm bf16
 // (512, 262144) 153-155 -> 138-139, (2048, 65536) 144-145 -> 136-137,
 // float16 (512, 262144) 154-155 -> 138-139; this walk with the add, bf16
