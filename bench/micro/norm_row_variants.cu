@@ -44,7 +44,7 @@ void run(Timer& timer, int sms, int64_t rows, int64_t n, const char* dtype_name)
                 Math::kCentered ? "layer_norm" : "rms_norm", dtype_name, (long long)rows, (long long)n, what, threads,
                 kPacks, per_sm, copy, launcher, us, copy / launcher, copy / us, largest_difference(a.y, launcher_y));
   };
-  const size_t walk_shared = size_t(kPacks) * threads * (Math::kCentered ? 2 : 1) * sizeof(VecN<T, kVec>);
+  const size_t walk_shared = size_t(kPacks) * threads * kWalkSlotBytes<T, kVec, Math>;
   time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, true>, "walk", 0, walk_shared);
   const size_t staged = kStagesWeight<T, Math> ? size_t(kPacks) * threads * sizeof(VecN<T, kVec>) : 0;
   time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack>, "one row", rows, 0);

@@ -20,7 +20,7 @@ void run(Timer& timer, const char* name, const NormForwardArgs<T>& a, int64_t ro
          float copy, float launcher, const std::vector<T>& launcher_y) {
   constexpr int kVec = Vec16<T>::kSize;
   const auto kernel = norm_forward_pipelined_kernel<T, kPacks, Math>;
-  const size_t slot_bytes = (Math::kCentered ? 2 : 1) * sizeof(Vec16<T>);
+  const size_t slot_bytes = kWalkSlotBytes<T, kVec, Math>;
   for (int threads : {64, 128, 256, 512}) {
     const int64_t cluster = n / kVec / kPacks / threads;
     if (cluster < 1 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;

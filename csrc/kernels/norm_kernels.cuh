@@ -175,6 +175,10 @@ struct WalkSlots {
   VecN<T, kVec>* weight;
   VecN<T, kVec>* bias;
 };
+// The shared-memory bytes of one pack's slots of both parameters (kAlways, or
+// both given): layer_norm's weight and bias, rms_norm's weight.
+template <typename T, int kVec, typename Math>
+constexpr size_t kWalkSlotBytes = (Math::kCentered ? 2 : 1) * sizeof(VecN<T, kVec>);
 template <int kPacks, int kVec, typename Math, bool kAlways = false, typename T, bool kWarpRows>
 __device__ __forceinline__ WalkSlots<T, kVec> copy_to_walk_slots(const NormForwardArgs<T>& a,
                                                                   const RowThreads<kWarpRows>& threads, int groups) {

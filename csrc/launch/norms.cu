@@ -261,7 +261,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     const size_t staged_bytes = kStagesWeight<T, Math> && a.weight ? sizeof(Vec16<T>) : 0;
     // The pipelined kernel's slots hold both parameters, given or not
     // (copy_to_walk_slots).
-    const size_t pipelined_slot_bytes = (Math::kCentered ? 2 : 1) * sizeof(Vec16<T>);
+    const size_t pipelined_slot_bytes = kWalkSlotBytes<T, Vec16<T>::kSize, Math>;
     // Rows past one block without a residual: the pipelined kernel (rows.h).
     // H200, µs, against the walks of the lanes kernel: bf16 rms_norm (512,
     // 262144) 155.8 -> 142.0, (4096, 32768) 151.0 -> 136.6, layer_norm (512,
