@@ -281,6 +281,14 @@ def _torch_prod(x, dim, keepdim, dtype=None):
     return torch.prod(x, dim, keepdim, dtype=dtype)
 
 
+def _product_of_others(rows):
+    """The product of the other elements of each row (its last dim), from both ends."""
+    one = torch.ones_like(rows[..., :1])
+    before = torch.cat([one, rows[..., :-1]], -1).cumprod(-1)
+    after = torch.cat([rows[..., 1:], one], -1).flip(-1).cumprod(-1).flip(-1)
+    return before * after
+
+
 @op("prod")
 def _prod(case):
     x, dim, keepdim, dtype = _prod_args(case)
@@ -305,7 +313,18 @@ def _prod_backward(case):
         if result.device != x.device:
             raise RuntimeError("devices differ")
         leaf = x.detach().requires_grad_()
-        return torch.autograd.grad(_torch_prod(leaf, None if dim is None else dim[0], keepdim), leaf, grad)[0]
+        gradient = torch.autograd.grad(_torch_prod(leaf, None if dim is None else dim[0], keepdim), leaf, grad)[0]
+        if x.dim() == 0 or x.numel() == 0 or (x == 0).any():
+            return gradient
+        # Without a zero anywhere torch takes result / x, 0 where the product
+        # underflowed; the product of the others there is torch's own formula
+        # for tensors with a zero.
+        rows = x.reshape(-1) if dim is None else x.movedim(dim[0], -1)
+        others = _product_of_others(rows)
+        others = others.reshape(x.shape) if dim is None else others.movedim(-1, dim[0])
+        underflowed = _torch_prod(x, None if dim is None else dim[0], True) == 0
+        incoming = grad.reshape(underflowed.shape)
+        return torch.where(underflowed, incoming * others, gradient)
 
     return Trial(ops.prod_backward, (grad, x, result, None if dim is None else [dim], keepdim), {}, theirs)
 

@@ -354,6 +354,49 @@ def test_prod_gradient_follows_the_given_result(device, inf_first):
     torch.testing.assert_close(ours, expected, equal_nan=True)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dims", [None, [1], [0, 2]])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_prod_gradient_where_the_product_underflows(device, dims, dtype):
+    # Each product underflows to 0 with no zero in the tensor: torch's
+    # gradient is result / x there, 0; ours is the product of the others, as
+    # float64's (where nothing underflows) rounds to.
+    torch.manual_seed(0)
+    small = 1e-5 if dtype == torch.float16 else 1e-25
+    x = torch.empty(3, 4, 5, dtype=torch.float64, device=device).uniform_(0.9, 1.1)
+    if dims is None:
+        x.view(-1)[[0, 7]] = small
+    elif dims == [1]:
+        x[:, [0, 2], :] = small
+    else:
+        x[0, :, 0] = x[2, :, 3] = small
+    leaf = x.to(dtype).requires_grad_()
+    result = fr.prod(leaf, dims)
+    incoming = torch.randn(result.shape, dtype=torch.float64, device=device)
+    (ours,) = torch.autograd.grad(result, leaf, incoming.to(dtype))
+    exact = leaf.detach().double().requires_grad_()
+    product = exact.prod() if dims is None else exact.prod(2).prod(0) if dims == [0, 2] else exact.prod(1)
+    (expected,) = torch.autograd.grad(product, exact, incoming)
+    assert (result == 0).all()
+    assert (expected.to(dtype) != 0).any()
+    # Relative only: the values are far below the default atol. float16's
+    # products of the others are subnormal in part (a few bits).
+    torch.testing.assert_close(ours, expected.to(dtype), atol=0, rtol=0.05 if dtype == torch.float16 else 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_prod_backward_opcheck(device):
+    # A transposed self (the fake gives a contiguous gradient), a zero, and a
+    # row whose product underflows.
+    x = torch.randn(7, 5, device=device).t()
+    x[1, 2] = 0
+    x[3] = 1e-25
+    for dims in (None, [0], [1], [0, 1]):
+        result = fr.prod(x, dims)
+        args = (torch.randn_like(result), x, result, dims, False)
+        torch.library.opcheck(torch.ops.fastreduce.prod_backward.default, args)
+
+
 # ---- CUDA-only properties
 
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <vector>
 
 #include "common.h"
 #include "kernels.h"
@@ -208,12 +209,41 @@ at::Tensor backend::mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bo
   return reduce(ReduceKind::Mean, "mean", self.to(compute), dim, keepdim, compute);
 }
 
+namespace {
+
+// The product of the other elements of each x_i's reduction, from exclusive
+// products from both ends of the reduction as one row (torch's formula where a
+// zero rules out result / x_i). No division: exact where the whole product
+// underflows to 0 and the others' does not.
+at::Tensor product_of_others(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
+  std::vector<int64_t> order, inverse(x.dim()), rows_shape;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!reduced[d]) {
+      order.push_back(d);
+      rows_shape.push_back(x.size(d));
+    }
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (reduced[d]) order.push_back(d);
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  const at::Tensor permuted = x.permute(order);
+  rows_shape.push_back(-1);
+  const at::Tensor rows = permuted.reshape(rows_shape);
+  const int64_t n = rows.size(-1);
+  const at::Tensor one = at::ones_like(rows.narrow(-1, 0, 1));
+  const at::Tensor before = at::cat({one, rows.narrow(-1, 0, n - 1)}, -1).cumprod(-1);
+  const at::Tensor after = at::cat({rows.narrow(-1, 1, n - 1), one}, -1).flip(-1).cumprod(-1).flip(-1);
+  return (before * after).reshape(permuted.sizes()).permute(inverse);
+}
+
+}  // namespace
+
 // d prod / d x_i is the product of the other elements of x_i's reduction.
-// With no zero there that is result / x_i (as aten computes it); with one
-// zero, the zero's gradient is the product of the non-zero elements and the
-// others' is 0; with two or more, every gradient is 0. Computed in the
-// gradient's dtype without a host sync: two reductions (fastreduce kernels)
-// and one element-wise pass.
+// Where the reduction holds no zero and its result is not 0 that is
+// result / x_i, as torch computes it (recomputing it could round differently:
+// a partial product that underflows to 0 before meeting an inf gives NaN).
+// Where it holds a zero, or its product underflowed to 0, it is the product
+// of the others (torch's formula when any element of the tensor is zero).
+// Chosen per reduction on the device: no host sync.
 at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& result,
                                   at::OptionalIntArrayRef dim, bool keepdim) {
   const char* op = "prod_backward";
@@ -226,30 +256,25 @@ at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self
   const std::bitset<kMaxDims> reduced = reduced_dims(self.dim(), dim);
   // The product of a 0-d tensor is itself: its gradient is grad, as torch's (NaN or not).
   if (self.dim() == 0) return grad.to(self.scalar_type());
+  if (self.numel() == 0) return at::zeros_like(self);
   const at::Tensor x = self.to(grad.scalar_type());
   auto broadcast = [&](at::Tensor t) {
-    if (!keepdim && self.dim() > 0) {
+    if (!keepdim) {
       for (int64_t d = 0; d < self.dim(); ++d)
         if (reduced[d]) t = t.unsqueeze(d);
     }
     return t;
   };
-  const at::Tensor zero = x == 0;
-  const at::Tensor zeros = broadcast(reduce(ReduceKind::Sum, op, zero, dim, keepdim, at::kLong));
-  const at::Tensor nonzero_product =
-      broadcast(reduce(ReduceKind::Prod, op, at::where(zero, at::ones({}, x.options()), x), dim, keepdim,
-                       x.scalar_type()));
-  // Without zeros the product of the others is the forward's result over x,
-  // as torch computes it: recomputing it could round differently (a partial
-  // product that underflows to 0 before meeting an inf gives NaN).
-  const at::Tensor others = at::where(zeros == 0, broadcast(result.to(x.scalar_type())) / x,
-                                      at::where(zero.logical_and(zeros == 1), nonzero_product, 0));
+  const at::Tensor zeros = broadcast(reduce(ReduceKind::Sum, op, x == 0, dim, keepdim, at::kLong));
+  const at::Tensor product = broadcast(result.to(x.scalar_type()));
+  const at::Tensor others =
+      at::where((zeros > 0).logical_or(product == 0), product_of_others(x, reduced), product / x);
   const at::Tensor gradient = broadcast(grad) * others;
   // torch's product of all elements gives 0 where two or more are zero,
   // whatever the incoming gradient (inf and NaN too); its product over a dim
-  // multiplies, as above.
-  if (!dim.has_value()) return at::where(zeros > 1, 0, gradient).to(self.scalar_type());
-  return gradient.to(self.scalar_type());
+  // multiplies, as above. Contiguous whatever self's strides, as the fake.
+  const at::Tensor result_gradient = dim.has_value() ? gradient : at::where(zeros > 1, 0, gradient);
+  return result_gradient.to(self.scalar_type()).contiguous();
 }
 
 at::Tensor backend::amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
