@@ -268,10 +268,12 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // 262144) 193.0 -> 164.7, (4096, 32768) 169.6 -> 147.4; float32 (1024,
     // 65536) rms_norm 137.0 -> 134.6, layer_norm 150.1 -> 141.8.
     if constexpr (sizeof(T) <= 4)
-      if (const int cluster = a.residual ? 0 : pipelined_cluster<T>(n, {a.x, a.y, a.weight, a.bias}))
-        return launch_pipelined(norm_forward_pipelined_kernel<T, kPipelinedPacks, Math>, a.rows, cluster,
-                                pipelined_slot_bytes * kPipelinedPacks * kPipelinedThreads, stream,
-                                std::make_tuple(a));
+      if (const PipelinedBlocks blocks =
+              a.residual ? PipelinedBlocks{0, 0} : pipelined_blocks<T>(n, {a.x, a.y, a.weight, a.bias});
+          blocks.cluster)
+        return launch_pipelined(norm_forward_pipelined_kernel<T, kPipelinedPacks, Math>, a.rows, blocks.cluster,
+                                pipelined_slot_bytes * kPipelinedPacks * blocks.threads, stream,
+                                std::make_tuple(a), blocks.threads);
     constexpr Walks kWalks = kPrefetchingWalk<T, 8> ? Walks::kPrefetching : Walks::kWhereResident;
     return launch_block_lanes<T, 8, kWalks>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,

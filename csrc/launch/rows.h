@@ -315,14 +315,16 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // Rows past one block's registers (over kRowThreadsMax * 4 packs) of 16-byte
 // packs run in the pipelined kernels (softmax_forward_pipelined_kernel,
 // norm_forward_pipelined_kernel) where clusters exist: eight packs a thread
-// held as words, in 256-thread blocks (two an SM), in the smallest cluster
-// that holds the row, one wave of resident clusters walking the rows. The
-// cluster, or 0 where they do not apply: float rows that 2 blocks would hold
-// (up to 16384 floats: softmax ran faster in the four-pack kernel, H200
-// 129.4 against 140.1 µs, and 4 blocks half idle took layer_norm (8192,
-// 16384) from 275.5 to 353.9), rows past 16 blocks, where 512-thread blocks
-// were no faster (float32 (256, 262144): softmax 144.3 against 150.9 µs,
-// layer_norm 156.5 against 159.2), and elements of eight bytes.
+// held as words, in the smallest cluster of 256-thread blocks (two an SM)
+// that holds the row, one wave of resident clusters walking the rows; a row
+// that fewer than eight such blocks hold is spread over eight smaller ones
+// (pipelined_blocks). Not where they do not apply: float rows that 2 blocks
+// would hold (up to 16384 floats: softmax ran faster in the four-pack
+// kernel, H200 129.4 against 140.1 µs, and 4 blocks half idle took
+// layer_norm (8192, 16384) from 275.5 to 353.9), rows past 16 blocks, where
+// 512-thread blocks were no faster (float32 (256, 262144): softmax 144.3
+// against 150.9 µs, layer_norm 156.5 against 159.2), and elements of eight
+// bytes.
 constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
 // The smallest cluster of `threads`-thread blocks, `packs` packs a thread,
 // that holds rows of n elements past one block's registers; 0 where none of
@@ -339,10 +341,25 @@ int smallest_pipelined_cluster(int64_t n, std::initializer_list<const void*> buf
     if (groups <= int64_t(cluster) * threads * packs) return cluster;
   return 0;
 }
+struct PipelinedBlocks {
+  int threads, cluster;  // {0, 0}: not pipelined
+};
+// The pipelined forwards' blocks: clusters of eight or more. H200, µs, the
+// smallest cluster of 256-thread blocks -> eight blocks: bf16 (4096, 32768)
+// (two of 256 -> eight of 64) rms_norm 137.4-138.2 -> 132.6-132.8,
+// layer_norm 142.1-142.5 -> 135.5-135.7, softmax 140.2-141.0 -> 136.6-137.2;
+// (2048, 65536) (four of 256 -> eight of 128) rms_norm 133.7-134.0 ->
+// 132.6-133.0, layer_norm 136.5-137.1 -> 135.1-135.8, softmax 137.3-137.4
+// -> 135.9-136.0; float32 (2048, 32768) rms_norm 135.2-136.5 -> 132.5,
+// layer_norm 134.3-134.5 -> 132.7-133.0. Sixteen blocks of 128 where eight
+// of 256 do lost (bf16 131072 wide: rms_norm 136.5-136.8 -> 138.8-139.6).
+constexpr int kPipelinedBlocksMin = 8;
 template <typename T>
-int pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers) {
+PipelinedBlocks pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
   const int cluster = smallest_pipelined_cluster<T>(n, buffers, kPipelinedThreads, kPipelinedPacks);
-  return sizeof(T) == 2 || cluster > 2 ? cluster : 0;
+  if (cluster == 0 || (sizeof(T) > 2 && cluster <= 2)) return {0, 0};
+  if (cluster >= kPipelinedBlocksMin) return {kPipelinedThreads, cluster};
+  return {kPipelinedThreads * cluster / kPipelinedBlocksMin, kPipelinedBlocksMin};
 }
 
 // A pipelined kernel in clusters of `cluster` blocks of `threads` with

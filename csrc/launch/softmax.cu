@@ -29,9 +29,6 @@ auto backward_lanes(int64_t causal) {
 // blocks that holds the row, or of 16 blocks of 512 threads (262144 bf16:
 // 201.2 µs against the lanes kernel's 264.8). {0, 0} where neither holds it.
 constexpr int kBackwardPipelinedPacks = 4;
-struct PipelinedBlocks {
-  int threads, cluster;
-};
 template <typename T>
 PipelinedBlocks backward_pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
   if constexpr (sizeof(T) == 2)
@@ -39,19 +36,6 @@ PipelinedBlocks backward_pipelined_blocks(int64_t n, std::initializer_list<const
       if (const int cluster = smallest_pipelined_cluster<T>(n, buffers, threads, kBackwardPipelinedPacks))
         return {threads, cluster};
   return {0, 0};
-}
-
-// The forward of plain rows past one block: the pipelined kernel's clusters
-// (pipelined_cluster) of up to four 256-thread blocks as twice as many of
-// 128 threads. H200, µs, 256 -> 128 threads: bf16 (4096, 32768) 140.2-141.0
-// -> 136.3-136.5, (2048, 65536) 137.3-137.4 -> 135.9-136.0, float32 (2048,
-// 32768) 133.3-133.4 -> 131.8-131.9; at eight (bf16, 131072 wide) sixteen
-// blocks of 128 lose (138.1-138.7 -> 139.2-140.3). {0, 0}: not pipelined.
-template <typename T>
-PipelinedBlocks forward_pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
-  const int cluster = pipelined_cluster<T>(n, buffers);
-  if (cluster > 0 && cluster <= kClusterBlocksMax / 4) return {kPipelinedThreads / 2, cluster * 2};
-  return {kPipelinedThreads, cluster};
 }
 
 }  // namespace
@@ -85,7 +69,7 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32
     // (512, 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3.
     if constexpr (sizeof(T) <= 4)
-      if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : forward_pipelined_blocks<T>(n, {x, y});
+      if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : pipelined_blocks<T>(n, {x, y});
           blocks.cluster)
         return launch_pipelined(
             softmax_forward_pipelined_kernel<T, kPipelinedPacks>, rows, blocks.cluster, 0, stream,
