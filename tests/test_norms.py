@@ -559,10 +559,11 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks: without the fused add, the pipelined walk (8 packs a
     # thread, 64-256 threads a block in clusters of 8 or more: two-byte rows
-    # of 16385-262144, float rows of 16385-131072); with it, or past those, the lanes kernel (4 packs a
-    # thread; 8 for 524288 bf16 and for float and double rows past 32768 and
-    # 16384, which load the next row during each row's exchange unless they
-    # add); 20000, 40000 and 100000: rows short of their clusters' packs.
+    # of 16385-262144, float rows of 16385-131072); with it, or past those,
+    # the lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
+    # double rows past 32768 and 16384, which load the next row during each
+    # row's exchange unless they add); 20000, 40000 and 100000: rows short of
+    # their clusters' packs.
     # Outputs, h and the statistics against torch and a float64 reference.
     rows = 2**23 // n + 3
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)

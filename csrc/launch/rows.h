@@ -318,13 +318,12 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // held as words, in the smallest cluster of 256-thread blocks (two an SM)
 // that holds the row, one wave of resident clusters walking the rows; a row
 // that fewer than eight such blocks hold is spread over eight smaller ones
-// (pipelined_blocks). Not where they do not apply: float rows that 2 blocks
-// would hold (up to 16384 floats: softmax ran faster in the four-pack
-// kernel, H200 129.4 against 140.1 µs, and 4 blocks half idle took
-// layer_norm (8192, 16384) from 275.5 to 353.9), rows past 16 blocks, where
-// 512-thread blocks were no faster (float32 (256, 262144): softmax 144.3
-// against 150.9 µs, layer_norm 156.5 against 159.2), and elements of eight
-// bytes.
+// (pipelined_blocks). Not for float rows that 2 blocks would hold (up to
+// 16384 floats: softmax ran faster in the four-pack kernel, H200 129.4
+// against 140.1 µs, and 4 blocks half idle took layer_norm (8192, 16384)
+// from 275.5 to 353.9), rows past 16 blocks, where 512-thread blocks were no
+// faster (float32 (256, 262144): softmax 144.3 against 150.9 µs, layer_norm
+// 156.5 against 159.2), or elements of eight bytes.
 constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
 // The smallest cluster of `threads`-thread blocks, `packs` packs a thread,
 // that holds rows of n elements past one block's registers; 0 where none of

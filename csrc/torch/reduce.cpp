@@ -269,12 +269,12 @@ at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self
   const at::Tensor product = broadcast(result.to(x.scalar_type()));
   const at::Tensor others =
       at::where((zeros > 0).logical_or(product == 0), product_of_others(x, reduced), product / x);
-  const at::Tensor gradient = broadcast(grad) * others;
   // torch's product of all elements gives 0 where two or more are zero,
   // whatever the incoming gradient (inf and NaN too); its product over a dim
-  // multiplies, as above. Contiguous whatever self's strides, as the fake.
-  const at::Tensor result_gradient = dim.has_value() ? gradient : at::where(zeros > 1, 0, gradient);
-  return result_gradient.to(self.scalar_type()).contiguous();
+  // multiplies, as above.
+  const at::Tensor product_gradient = broadcast(grad) * others;
+  const at::Tensor gradient = dim.has_value() ? product_gradient : at::where(zeros > 1, 0, product_gradient);
+  return gradient.to(self.scalar_type()).contiguous();  // whatever self's strides, as the fake
 }
 
 at::Tensor backend::amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
