@@ -2,9 +2,8 @@
 // softmax_forward_pipelined_kernel (4 or 8 packs a thread, the next row
 // loaded during the exchange) in each block size and cluster (one block
 // included: a walk without a cluster) that holds the row exactly, bf16 and
-// float32, and a copy of the same bytes; y checked against the launcher's.
-// The launcher takes the pipelined kernel for two-byte rows only: the float
-// rows say whether it should for them too.
+// float32, and a copy of the same bytes; y checked against the launcher's
+// (the rows where a configuration is the launcher's own differ by 0).
 // bash bench/micro/run.sh pipelined_softmax
 #include <cuda_bf16.h>
 
