@@ -15,6 +15,16 @@
 namespace fastreduce {
 namespace {
 
+// The kept dims, then the reduced ones, each in logical order.
+std::vector<int64_t> kept_then_reduced(int64_t ndim, const std::bitset<kMaxDims>& reduced) {
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < ndim; ++d)
+    if (!reduced[d]) order.push_back(d);
+  for (int64_t d = 0; d < ndim; ++d)
+    if (reduced[d]) order.push_back(d);
+  return order;
+}
+
 // A dense view of the input, reduced over `len`, whose output buffer holds
 // the kept dims in `kept_order` (logical dim indices, memory order).
 struct Layout {
@@ -59,16 +69,17 @@ Layout make_layout(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
     if (i < runs.size()) layout.inner = runs[i].second;
     return layout;
   }
-  std::vector<int64_t> kept, dropped;
-  for (int64_t d = 0; d < ndim; ++d) (reduced[d] ? dropped : kept).push_back(d);
+  const std::vector<int64_t> kept_first = kept_then_reduced(ndim, reduced);
   layout.kept_order.clear();
-  for (int64_t d : kept) {
-    layout.outer *= x.size(d);
-    if (x.size(d) != 1) layout.kept_order.push_back(d);
+  for (int64_t d : kept_first) {
+    if (reduced[d]) {
+      layout.len *= x.size(d);
+    } else {
+      layout.outer *= x.size(d);
+      if (x.size(d) != 1) layout.kept_order.push_back(d);
+    }
   }
-  for (int64_t d : dropped) layout.len *= x.size(d);
-  kept.insert(kept.end(), dropped.begin(), dropped.end());
-  layout.dense = x.permute(kept).contiguous();
+  layout.dense = x.permute(kept_first).contiguous();
   return layout;
 }
 
@@ -216,15 +227,12 @@ namespace {
 // zero rules out result / x_i). No division: exact where the whole product
 // underflows to 0 and the others' does not.
 at::Tensor product_of_others(const at::Tensor& x, const std::bitset<kMaxDims>& reduced) {
-  std::vector<int64_t> order, inverse(x.dim()), rows_shape;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (!reduced[d]) {
-      order.push_back(d);
-      rows_shape.push_back(x.size(d));
-    }
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (reduced[d]) order.push_back(d);
-  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  const std::vector<int64_t> order = kept_then_reduced(x.dim(), reduced);
+  std::vector<int64_t> inverse(x.dim()), rows_shape;
+  for (size_t i = 0; i < order.size(); ++i) {
+    inverse[order[i]] = static_cast<int64_t>(i);
+    if (!reduced[order[i]]) rows_shape.push_back(x.size(order[i]));
+  }
   const at::Tensor permuted = x.permute(order);
   rows_shape.push_back(-1);
   const at::Tensor rows = permuted.reshape(rows_shape);
