@@ -62,7 +62,7 @@ from common import RESULTS_DIR, environment, header, progress, save_json  # noqa
 COPY_GBS = 3024.0
 ROWS = [(8192, 768), (8192, 1600), (8192, 4096), (32768, 1024), (4096, 8192)]
 # Very wide rows (wide hidden sizes, long-vocabulary softmax), 2^27 elements each.
-WIDE = [(8192, 16384), (2048, 65536), (512, 262144)]
+WIDE = [(8192, 16384), (4096, 32768), (2048, 65536), (1024, 131072), (512, 262144)]
 SHAPES = {
     "layer_norm": ROWS + WIDE, "rms_norm": ROWS + WIDE, "add_layer_norm": ROWS, "add_rms_norm": ROWS,
     "softmax": ROWS + WIDE,

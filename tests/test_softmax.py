@@ -230,11 +230,11 @@ def test_wide_rows_whose_blocks_differ(dtype, n):
 def test_rows_whatever_their_first_value(dtype, rows, n):
     # Two-byte rows, and the pipelined walk's rows (two-byte past 16384,
     # float 16385-131072), take their exponentials against the row's first
-    # value, unless the maximum is over 96 (base 2) above it (the pipelined
-    # walk: their sum over 2^96), the first value is not finite or past
-    # 2^24: then the row again against its maximum. Rows of each kind, in
-    # warp rows, block rows, clusters and walked clusters (20000, 65536,
-    # 100000, 262144; part of a cluster idle at 20000 and 100000).
+    # value, unless their sum is over 2^96, or the first value is not
+    # finite or past 2^24: then the row again against its maximum. Rows of
+    # each kind, in warp rows, block rows, clusters and walked clusters
+    # (20000, 65536, 100000, 262144; part of a cluster idle at 20000 and
+    # 100000).
     x = (torch.randn(rows, n, device="cuda") * 3).to(dtype)
     # The rows' maxima are 9-16 (the largest of 768-262144 draws).
     x[0::8, 0] = -200.0  # the exponentials overflow: the second pass
@@ -245,7 +245,7 @@ def test_rows_whatever_their_first_value(dtype, rows, n):
     x[5::8, 0] = 6e4 if dtype == torch.float16 else 2.0**25  # past 2^24 (bf16, float32)
     x[6::8, 0] = float("nan")
     x[7::8, 0] = -55.0  # 65 below every other value (94 in base 2), whose
-    x[7::8, 1:] = 10.0  # exponentials sum past 2^96: the second pass in the walk
+    x[7::8, 1:] = 10.0  # exponentials sum past 2^96: the second pass
     ours, theirs = fr.softmax(x, -1), torch.softmax(x, -1)
     nan_rows = torch.arange(rows, device="cuda") % 8 == 6
     assert ours[nan_rows].isnan().all() and theirs[nan_rows].isnan().all()

@@ -1,6 +1,6 @@
 // Times the softmax forward through its launcher (the kernel it picks for
 // each width: warp rows, one block a row, a cluster of blocks, walking
-// clusters) at 768-262144 wide (1000: odd rows, one element a load) against a
+// clusters) at 256-262144 wide (1000: odd rows, one element a load) against a
 // copy of the same bytes, L2 evicted before each call. Build and run on the
 // GPU machine: bash bench/micro/run.sh softmax_forward. NOTES.md keeps what
 // it showed.
@@ -29,9 +29,10 @@ void run(Timer& timer, int64_t rows, int64_t n, DType dtype, const char* dtype_n
 
 int main() {
   Timer timer;
-  const std::pair<int64_t, int64_t> shapes[] = {{8192, 768},   {8192, 1000},   {32768, 1024}, {8192, 1600},
-                                                {8192, 4096},  {4096, 8192},   {8192, 16384}, {4096, 32768},
-                                                {2048, 65536}, {1024, 131072}, {512, 262144}};
+  const std::pair<int64_t, int64_t> shapes[] = {{65536, 256},   {16384, 2048},  {8192, 768},   {8192, 1000},
+                                                {32768, 1024},  {8192, 1600},   {8192, 4096},  {4096, 8192},
+                                                {8192, 16384},  {4096, 32768},  {2048, 65536}, {1024, 131072},
+                                                {512, 262144}};
   std::printf("| dtype | shape | copy µs | forward µs | of copy |\n|---|---|---|---|---|\n");
   for (auto [rows, n] : shapes) run<__nv_bfloat16>(timer, rows, n, DType::BFloat16, "bfloat16");
   for (auto [rows, n] : shapes) run<float>(timer, rows, n, DType::Float, "float32");

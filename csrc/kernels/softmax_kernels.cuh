@@ -57,24 +57,9 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
-// A row's largest scaled value and its sum of exponentials against a shift,
-// reduced together. Exponentials of at most kShiftedRangeMax (base 2) above
-// the shift sum to less than 2^127 in rows of under 2^31.
-constexpr float kShiftedRangeMax = 96;
 // A sum of exponentials against a shift of at most 2^96: none of them is
 // larger, and its reciprocal is a normal float.
 constexpr float kShiftedSumMax = 0x1p96f;
-template <typename A>
-struct TopAndSum {
-  A top, sum;
-};
-template <typename A>
-struct TopAndSumOp {
-  __device__ static TopAndSum<A> identity() { return {MaxOp<A>::identity(), A(0)}; }
-  __device__ static TopAndSum<A> combine(const TopAndSum<A>& a, const TopAndSum<A>& b) {
-    return {MaxOp<A>::combine(a.top, b.top), a.sum + b.sum};
-  }
-};
 
 // Softmax with the row in registers, converted to A once and overwritten by
 // its exponentials, so each element costs one exp2 (a second pass of exp2 and
@@ -89,10 +74,11 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
   static_assert(!kWalk || !kWarpRows, "block rows walk");
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
-  // One reduction (below) in rows of two-byte packs only: the extra live
-  // values cost float rows occupancy (f32 (512, 262144) 23% slower), spill
-  // the causal walk and slow rows of one element a load (bf16 1000 wide:
-  // 12.2 -> 12.4 µs).
+  // One reduction (below) in rows of two-byte packs only. In float rows it
+  // cost 2-30% (H200, the launcher: f32 (8192, 4096) 65.2 -> 67.4 µs, (512,
+  // 262144) 279.9 -> 364.8); with the maximum beside the sum it spilled the
+  // causal walk and slowed rows of one element a load (bf16 1000 wide: 12.2
+  // -> 12.4 µs).
   constexpr bool kOneReduction = sizeof(T) == 2 && kVec > 1 && !kCausal;
   RowThreads<kWarpRows> threads(rows);
   if (threads.row < 0) return;
@@ -136,18 +122,17 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     bool normalised = false;
     if constexpr (kOneReduction) {
       // The exponentials against the row's first value (lane 0's in a warp
-      // row, a load every thread shares in a block row), summed together
-      // with the row's largest value, which tells whether none overflowed.
-      // Otherwise the row again, against its largest value.
+      // row, a load every thread shares in a block row) and their sum,
+      // which bounds every one of them. Past kShiftedSumMax, the row again,
+      // against its largest value.
       const A shift = scale2 * (kWarpRows ? __shfl_sync(kFullMask, v[0][0], 0) : static_cast<A>(x[threads.row * n]));
       if (fma_shift_in_range(shift)) {  // the same in every thread of the row
-        TopAndSum<A> mine = TopAndSumOp<A>::identity();
-        for_each_valid([&](A e) { mine.top = max_acc(mine.top, scale2 * e); });
         map_row([&](A e) { return exp2_acc(scale2 * e - shift); });
-        for_each_valid([&](A e) { mine.sum += e; });
-        const TopAndSum<A> row = threads.template allreduce<TopAndSumOp<A>>(mine);
-        normalised = row.top - shift <= A(kShiftedRangeMax);  // false for inf and NaN
-        inv = A(1) / row.sum;
+        A mine = 0;
+        for_each_valid([&](A e) { mine += e; });
+        const A total = threads.template allreduce<SumOp<A>>(mine);
+        normalised = total <= A(kShiftedSumMax);  // false for inf and NaN
+        inv = A(1) / total;
       }
       if (!normalised) load_row();
     }
