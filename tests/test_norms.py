@@ -105,14 +105,15 @@ def test_rows_far_from_zero(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 1000, 12000, 40000, 262144])
+@pytest.mark.parametrize("n", [768, 1000, 12000, 16384, 40000, 262144])
 def test_statistics_whatever_the_first_value(device, dtype, n):
     # On the GPU a row's deviations from its first value are summed in one
     # reduction while the mean lies within sqrt(8) deviations of that value,
     # and a second pass over the deviations from the mean decides otherwise:
     # rows whose first value lies 0 to 300 deviations out, on both sides of
     # the bound, through every row kernel (768: warp rows, staged for half
-    # types; 1000: not whole packs; 12000: a block; 40000 and 262144: clusters).
+    # types; 1000: not whole packs; 12000 and 16384: a block, floats read
+    # twice; 40000 and 262144: clusters).
     spreads = [0.0, 1.0, 2.6, 3.0, -3.0, 10.0, 300.0]
     x = 500 + torch.randn(len(spreads), n, device=device)
     x[:, 0] = 500 + torch.tensor(spreads, device=device)
@@ -498,6 +499,28 @@ def test_half_rms_rows_of_one_block_read_twice(device, dtype, n, with_weight):
     w = torch.randn(n, device=device).to(dtype) if with_weight else None
     g = torch.randn(rows, n, device=device).to(dtype)
     outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [8184, 8192, 8200, 12000, 16384])
+@pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
+                                                          ("layer", False, True), ("layer", True, True),
+                                                          ("rms", False, False), ("rms", True, False)])
+def test_float_rows_of_one_block_read_twice(device, n, kind, with_weight, with_bias):
+    # float rows of 8192-16384 without a residual are read twice on the GPU
+    # (L2 asked to keep the row; eight packs a thread past 8192); 8184 stays
+    # in registers. 8200 and 12000 leave the last pack group short of the
+    # block. Forward and backward with each combination of the parameters.
+    rows = 7
+    x = torch.randn(rows, n, device=device) * 3 + 1
+    w = torch.randn(n, device=device) if with_weight else None
+    b = torch.randn(n, device=device) if with_bias else None
+    g = torch.randn(rows, n, device=device)
+    if kind == "layer":
+        outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c),
+                                lambda t, v, c: F.layer_norm(t, [n], v, c), (x, w, b), (g,))
+    else:
+        outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
 
 
 @requires_cuda

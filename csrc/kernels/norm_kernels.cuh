@@ -213,14 +213,16 @@ __device__ __forceinline__ WalkSlots<T, kVec> copy_to_walk_slots(const NormForwa
 template <typename T, int kPacks>
 constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 
-// ---- One block per row, read twice (two-byte rows without a residual:
-// rms_norm's 4097-16384, layer_norm's bf16 8193-16384): the first read takes
+// ---- One block per row, read twice (rows without a residual: two-byte
+// rms_norm's 4097-16384, layer_norm's bf16 8193-16384, float 8192-16384 of
+// both, eight packs a thread past 8192 floats): the first read takes
 // the sums without holding the row, the second normalizes it from L2, streaming
 // it and the output past L2. A thread holds one read's packs, not the row
 // through the reduction: rms_norm at 16384 takes 32 registers and four blocks
 // of 512 an SM, the row in registers 58 and two. kKeepInL2: the first read asks
-// L2 to keep the row (l2_keep_policy): rows of 16384 need it; rows of 8192 and
-// less find theirs without it (asking costs rms_norm's 2-4%). H200, bf16, µs,
+// L2 to keep the row (l2_keep_policy): rows of 32 KiB and more need it (bf16
+// 16384, float 8192: 129.6 -> 126.6 µs); two-byte rows of 8192 and less find
+// theirs without it (asking costs rms_norm's 2-4%). H200, bf16, µs,
 // (8192, 16384), the hints added one at a time (a copy of this kernel with each
 // switchable; NOTES, thirty-fifth session): rms_norm 136.2-136.4 with none,
 // 131.5-131.7 with the keep, 129.1-129.4 with the streaming second read too,

@@ -142,18 +142,29 @@ constexpr int kHalfWarpPacksMin = 3, kHalfWarpPacksMax = 7;
 template <bool kCentered>
 constexpr int kFullRowPacks = kCentered ? 3 : 6;
 
-// Two-byte rows norm_forward_reread_kernel takes (no residual, 16-byte
-// aligned), four packs a thread: rms_norm's from kRereadRowMax / 4 + 1,
-// layer_norm's bf16 ones from kRereadRowMax / 2 + 1; the L2 keep hint past
-// kRereadRowMax / 2. layer_norm's float16 rows stay in registers: its kernel
-// takes 47-50 registers (bf16's 39-47), two blocks an SM at 16384 (H200, µs,
-// in registers -> read twice: (8192, 16384) 136.3 -> 143.3, (4096, 8192)
-// 35.5 -> 37.4).
+// Rows norm_forward_reread_kernel takes (no residual, 16-byte aligned), up
+// to kRereadRowMax. Two-byte rows, four packs a thread: rms_norm's from
+// kRereadRowMax / 4 + 1, layer_norm's bf16 ones from kRereadRowMax / 2 + 1;
+// the L2 keep hint past kRereadRowMax / 2. layer_norm's float16 rows stay in
+// registers: its kernel takes 47-50 registers (bf16's 39-47), two blocks an
+// SM at 16384 (H200, µs, in registers -> read twice: (8192, 16384) 136.3 ->
+// 143.3, (4096, 8192) 35.5 -> 37.4). Float rows of both norms from
+// kRereadRowMax / 2, keeping the row in L2, eight packs a thread past it.
+// H200 (a probe of bench/micro/reread_rows.cu's kind, NOTES), µs, the
+// launcher (the row in registers, a cluster of two past 8192) -> read twice:
+// rms_norm (8192, 8192) 129.2-129.9 -> 126.5-126.8, (8192, 12000) 190.5-191.7
+// -> 186.7-188.7, (8192, 16384) 256.4-258.6 -> 250.7-251.6; layer_norm
+// 129.4-130.2 -> 126.4-126.8, 216.2-217.3 -> 185.9-186.1, 270.4-271.9 ->
+// 253.8-255.2. (8192, 6000) and (8192, 4096) tie; rows read in chunks past
+// 16384 lost (32768: 264 -> 287).
 constexpr int64_t kRereadRowMax = 16384;
-template <bool kCentered>
-constexpr int64_t kRereadRowMin = (kCentered ? kRereadRowMax / 2 : kRereadRowMax / 4) + 1;
 template <typename T, typename Math>
-constexpr bool kReadsTwice = std::is_same_v<T, __nv_bfloat16> || (std::is_same_v<T, __half> && !Math::kCentered);
+constexpr int64_t kRereadRowMin = sizeof(T) == 4 ? kRereadRowMax / 2
+                                  : Math::kCentered ? kRereadRowMax / 2 + 1
+                                                    : kRereadRowMax / 4 + 1;
+template <typename T, typename Math>
+constexpr bool kReadsTwice = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> ||
+                             (std::is_same_v<T, __half> && !Math::kCentered);
 
 // Rows in registers a warp each run four to a block: float rows take about
 // 93 registers at width 768, so 20 warps an SM in four-warp blocks and 16 in
@@ -241,17 +252,21 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // in registers among them: NOTES; bench/peers.py 32.3 -> 31.7). Narrower
     // layer_norm rows stay in registers: (4096, 8192) ties, and (8192, 6000),
     // (8192, 5120) and (8192, 4104) lose 1-6% to its three packs a thread.
-    // Rows of 4096 tie. Eight packs a thread lose at every width. float16
+    // Rows of 4096 tie. Eight two-byte packs a thread lose at every width
+    // (float rows: kRereadRowMin's comment). float16
     // rms_norm, in registers -> read twice: (8192, 4104) 39.1 -> 34.1, (8192,
     // 16384) 131.0 -> 127.2; (8192, 6000) 48.0 -> 47.6 and (4096, 8192) 33.4
     // -> 32.2 in one run, 48.4 -> 49.6 and 33.5 -> 34.1 in another (ties
     // within the probe's order bias, as bf16's there: NOTES).
     if constexpr (kReadsTwice<T, Math>)
-      if (!a.residual && n >= kRereadRowMin<Math::kCentered> && n <= kRereadRowMax &&
+      if (!a.residual && n >= kRereadRowMin<T, Math> && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
-        const auto kernel = n > kRereadRowMax / 2 ? norm_forward_reread_kernel<T, 4, Math, true>
-                                                  : norm_forward_reread_kernel<T, 4, Math, false>;
-        kernel<<<a.rows, block_lane_threads(n / Vec16<T>::kSize), 0, stream>>>(a);
+        constexpr bool kFloat = sizeof(T) == 4;
+        const bool wide = n > kRereadRowMax / 2;
+        const auto kernel = wide ? norm_forward_reread_kernel<T, kFloat ? 8 : 4, Math, true>
+                                 : norm_forward_reread_kernel<T, 4, Math, kFloat>;
+        const int64_t packs = kFloat && wide ? 8 : 4;
+        kernel<<<a.rows, block_lane_threads(ceil_div(n / Vec16<T>::kSize * 4, packs)), 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
