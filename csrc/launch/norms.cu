@@ -253,11 +253,11 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // layer_norm rows stay in registers: (4096, 8192) ties, and (8192, 6000),
     // (8192, 5120) and (8192, 4104) lose 1-6% to its three packs a thread.
     // Rows of 4096 tie. Eight two-byte packs a thread lose at every width
-    // (float rows: kRereadRowMin's comment). float16
-    // rms_norm, in registers -> read twice: (8192, 4104) 39.1 -> 34.1, (8192,
-    // 16384) 131.0 -> 127.2; (8192, 6000) 48.0 -> 47.6 and (4096, 8192) 33.4
-    // -> 32.2 in one run, 48.4 -> 49.6 and 33.5 -> 34.1 in another (ties
-    // within the probe's order bias, as bf16's there: NOTES).
+    // (float rows: kRereadRowMin's comment). float16 rms_norm, in registers
+    // -> read twice: (8192, 4104) 39.1 -> 34.1, (8192, 16384) 131.0 ->
+    // 127.2; (8192, 6000) 48.0 -> 47.6 and (4096, 8192) 33.4 -> 32.2 in one
+    // run, 48.4 -> 49.6 and 33.5 -> 34.1 in another (ties within the probe's
+    // order bias, as bf16's there: NOTES).
     if constexpr (kReadsTwice<T, Math>)
       if (!a.residual && n >= kRereadRowMin<T, Math> && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
