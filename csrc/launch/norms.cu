@@ -265,8 +265,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         const bool wide = n > kRereadRowMax / 2;
         const auto kernel = wide ? norm_forward_reread_kernel<T, kFloat ? 8 : 4, Math, true>
                                  : norm_forward_reread_kernel<T, 4, Math, kFloat>;
-        const int64_t packs = kFloat && wide ? 8 : 4;
-        kernel<<<a.rows, block_lane_threads(ceil_div(n / Vec16<T>::kSize * 4, packs)), 0, stream>>>(a);
+        kernel<<<a.rows, block_lane_threads(n / Vec16<T>::kSize, kFloat && wide ? 8 : 4), 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.

@@ -157,11 +157,11 @@ cudaError_t launch_staged_rows(Kernel kernel, int64_t rows, int64_t n, size_t el
 }
 
 // Rows longer than kWarpRowMax with the row in registers, one block each:
-// the fewest threads (a power of two) that hold the row's packs four at most
-// each, or 0 when that takes more than kRowThreadsMax.
-inline int block_lane_threads(int64_t groups) {
+// the fewest threads (a power of two) that hold the row's packs `packs` at
+// most each, or 0 when that takes more than kRowThreadsMax.
+inline int block_lane_threads(int64_t groups, int packs = 4) {
   int threads = kWarpSize;
-  while (threads * int64_t(4) < groups) threads *= 2;
+  while (threads * int64_t(packs) < groups) threads *= 2;
   return threads <= kRowThreadsMax ? threads : 0;
 }
 
