@@ -164,18 +164,5 @@ def _norm_fake(self, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 @torch.library.register_fake("fastreduce::foreach_norm")
 def _foreach_norm_fake(tensors, ord=2):
-    # As the kernel returns them: the norms of float32/float16/bfloat16 CUDA
-    # tensors are views of one buffer per dtype (as torch._foreach_norm's),
-    # the others tensors of their own.
-    batched: dict[torch.dtype, list[int]] = {}
-    norms = [None] * len(tensors)
-    for i, t in enumerate(tensors):
-        if t.device.type == "cuda" and t.dtype != torch.float64:
-            batched.setdefault(t.dtype, []).append(i)
-        else:
-            norms[i] = t.new_empty(())
-    for dtype, members in batched.items():
-        buffer = tensors[members[0]].new_empty((len(members),), dtype=dtype)
-        for k, i in enumerate(members):
-            norms[i] = buffer[k]
-    return norms
+    # A tensor of its own for each norm, as the kernel returns them.
+    return [t.new_empty(()) for t in tensors]

@@ -12,6 +12,12 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[requires_cuda, pytest.mark.cuda])]
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped without one)")
+    # A custom operator's output that aliases an input or another output: an
+    # error in opcheck and torch.compile, as from torch 2.12 (a warning before).
+    import torch._functorch.config as functorch_config
+
+    if hasattr(functorch_config, "error_on_custom_op_aliasing"):
+        functorch_config.error_on_custom_op_aliasing = True
 
 
 def pytest_make_parametrize_id(config, val, argname):

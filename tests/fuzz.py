@@ -38,7 +38,7 @@ import random
 import sys
 import warnings
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -1152,15 +1152,37 @@ def _fake_check(trial, results):
             return type(value)(fake(v) for v in value)
         return value
 
+    faked_trial = replace(trial, args=fake(trial.args), kwargs={k: fake(v) for k, v in trial.kwargs.items()})
     try:
         with mode:
-            faked = trial.ours(*fake(trial.args), **{k: fake(v) for k, v in trial.kwargs.items()})
+            faked = trial.ours(*faked_trial.args, **faked_trial.kwargs)
     except Exception as error:  # noqa: BLE001
         return f"the fake kernel raises where the operator returns: {type(error).__name__}: {str(error)[:200]}"
+    if shared := _shared_storage(faked_trial, faked):
+        return "fake " + shared
     for i, (f, r) in enumerate(zip(_flatten(faked), _flatten(results))):
         if isinstance(r, torch.Tensor) and (f.dtype, tuple(f.shape), f.device) != (r.dtype, tuple(r.shape), r.device):
             return (f"fake output {i}: {_show(f.dtype)} {tuple(f.shape)} {f.device}, "
                     f"real {_show(r.dtype)} {tuple(r.shape)} {r.device}")
+    return None
+
+
+def _shared_storage(trial, results):
+    """An output that shares storage with an input or another output: a custom
+    operator may return neither (torch.compile raises from torch 2.12)."""
+    def storage(t):
+        return t.untyped_storage()._cdata
+
+    inputs = {storage(t) for t in _flatten([trial.args, list(trial.kwargs.values())]) if isinstance(t, torch.Tensor)}
+    outputs = set()
+    for i, r in enumerate(_flatten(results)):
+        if not isinstance(r, torch.Tensor):
+            continue
+        if storage(r) in inputs:
+            return f"output {i} shares storage with an input"
+        if storage(r) in outputs:
+            return f"output {i} shares storage with an earlier output"
+        outputs.add(storage(r))
     return None
 
 
@@ -1213,6 +1235,8 @@ def check(op_name: str, index: int, device: str, verbose=False, drawn_as=None):
                 break
     if problem:
         return problem
+    if shared := _shared_storage(trial, ours):
+        return shared
     if their_warnings and not our_warnings:
         return f"torch warns ({their_warnings[0].message}), fastreduce does not"
     if trial.fake:

@@ -395,6 +395,13 @@ def test_prod_backward_opcheck(device):
         result = fr.prod(x, dims)
         args = (torch.randn_like(result), x, result, dims, False)
         torch.library.opcheck(torch.ops.fastreduce.prod_backward.default, args)
+    # A 0-d self: the gradient is grad's values in a tensor of its own.
+    scalar = torch.tensor(3.0, device=device)
+    grad = torch.tensor(2.0, device=device)
+    args = (grad, scalar, fr.prod(scalar), None, False)
+    torch.library.opcheck(torch.ops.fastreduce.prod_backward.default, args)
+    ours = torch.ops.fastreduce.prod_backward(*args)
+    assert ours == grad and ours.untyped_storage().data_ptr() != grad.untyped_storage().data_ptr()
 
 
 # ---- CUDA-only properties

@@ -382,6 +382,24 @@ def test_foreach_norm(device, ord):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_foreach_norms_share_no_storage(device):
+    # A custom operator's outputs may not alias one another (torch.compile
+    # raises from torch 2.12): each norm, and each fake one, has its own.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    shapes_and_dtypes = [(s, dtype) for s in [(5, 7), (33,), (0,)]
+                         for dtype in [torch.float32, torch.bfloat16, torch.float16, torch.float64]]
+    tensors = [random_tensor(s, dtype, device) for s, dtype in shapes_and_dtypes]
+    real = fr.foreach_norm(tensors)
+    with FakeTensorMode():  # fake CUDA tensors need no GPU: the batched path's fakes everywhere
+        fake_tensors = [torch.empty(s, dtype=dtype, device="cuda") for s, dtype in shapes_and_dtypes]
+        fake = torch.ops.fastreduce.foreach_norm(fake_tensors)
+    for inputs, norms in ((tensors, real), (fake_tensors, fake)):
+        assert len({n.untyped_storage()._cdata for n in norms}) == len(inputs)
+        assert [(n.shape, n.dtype, n.device) for n in norms] == [((), t.dtype, t.device) for t in inputs]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
 @pytest.mark.parametrize("max_norm", [0.5, 1e6])
 def test_clip_grad_norm(device, norm_type, max_norm):

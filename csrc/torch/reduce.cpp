@@ -262,8 +262,9 @@ at::Tensor backend::prod_backward(const at::Tensor& grad, const at::Tensor& self
   check_same_device(self, grad, op, "self", "grad");
   check_same_device(result, grad, op, "result", "grad");
   const std::bitset<kMaxDims> reduced = reduced_dims(self.dim(), dim);
-  // The product of a 0-d tensor is itself: its gradient is grad, as torch's (NaN or not).
-  if (self.dim() == 0) return grad.to(self.scalar_type());
+  // The product of a 0-d tensor is itself: its gradient is grad, as torch's
+  // (NaN or not), copied (an operator's output may not alias its input).
+  if (self.dim() == 0) return grad.to(self.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   if (self.numel() == 0) return at::zeros_like(self);
   const at::Tensor x = self.to(grad.scalar_type());
   auto broadcast = [&](at::Tensor t) {

@@ -1,7 +1,6 @@
 // torch semantics of var/std (and with the mean), logsumexp and the vector
 // norm: dtypes, corrections, orders, empty inputs.
 #include <cmath>
-#include <map>
 
 #include "kernels.h"
 #include "ops.h"
@@ -107,16 +106,15 @@ at::Tensor backend::norm(const at::Tensor& self, const at::Scalar& ord, at::Opti
 
 namespace fastreduce {
 
-// Float, float16 and bfloat16 CUDA tensors go through one multi-tensor pass
-// (outputs: views of one buffer per dtype); the rest take one norm each.
+// Float, float16 and bfloat16 CUDA tensors go through one multi-tensor pass;
+// the rest take one norm each. Every norm is a tensor of its own: a custom
+// operator's outputs may not alias one another (an error from torch 2.12).
 std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::Scalar& ord) {
   const char* op = "foreach_norm";
   TORCH_CHECK(!ord.isComplex(), op, ": argument 'ord' must be real");
   const double p = ord.toDouble();
   std::vector<at::Tensor> norms(tensors.size());
   std::vector<at::Tensor> batched, batched_norms;
-  std::vector<size_t> where;
-  std::map<at::ScalarType, int64_t> per_dtype;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": argument 'tensors' must hold floating tensors, got ",
@@ -126,25 +124,17 @@ std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::
     if (t.numel() == 0) {
       norms[i] = at::zeros({}, t.options());
     } else if (t.is_cuda() && t.scalar_type() != at::kDouble) {
+      TORCH_CHECK(batched.empty() || t.device() == batched[0].device(), op,
+                  ": argument 'tensors' must be on one device, got ", to_text(batched[0].device()), " and ",
+                  to_text(t.device()));
       batched.push_back(t.contiguous());
-      where.push_back(i);
-      per_dtype[t.scalar_type()] += 1;
+      norms[i] = at::empty({}, t.options());
+      batched_norms.push_back(norms[i]);
     } else {
       norms[i] = norm(t, ord, std::nullopt, false, std::nullopt);
     }
   }
   if (batched.empty()) return norms;
-  std::map<at::ScalarType, at::Tensor> buffers;
-  std::map<at::ScalarType, int64_t> used;
-  for (const auto& [dtype, count] : per_dtype) buffers[dtype] = at::empty({count}, batched[0].options().dtype(dtype));
-  for (size_t k = 0; k < batched.size(); ++k) {
-    const auto dtype = batched[k].scalar_type();
-    TORCH_CHECK(batched[k].device() == batched[0].device(), op,
-                ": argument 'tensors' must be on one device, got ", to_text(batched[0].device()), " and ",
-                to_text(batched[k].device()));
-    batched_norms.push_back(buffers[dtype].select(0, used[dtype]++));
-    norms[where[k]] = batched_norms.back();
-  }
   foreach_norm_stub(batched[0].device().type(), batched, p, batched_norms);
   return norms;
 }
