@@ -458,7 +458,8 @@ def test_compile_fullgraph(device):
         total = fr.std(x) + fr.logsumexp(x, 1).sum() + fr.norm(x, 2, 0).sum() + spread.sum() + mean.sum()
         low, high = fr.aminmax(x, dim=1)
         picked = fr.argmax(x, 1).float().sum() + fr.any(x > 0, 1).float().sum()
-        return total + (high - low).sum() + picked
+        norms = torch.stack(fr.foreach_norm([x.detach(), x.detach()[0]])).sum()  # outputs of their own
+        return total + (high - low).sum() + picked + norms
 
     compiled = torch.compile(f, fullgraph=True)
     x = random_tensor((8, 40), torch.float32, device).requires_grad_()
