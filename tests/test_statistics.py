@@ -382,6 +382,16 @@ def test_foreach_norm(device, ord):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("ord", [3, 0.5, -1, 2, 0, -math.inf])
+def test_foreach_norm_of_one_element(device, ord):
+    # |x| for any order, as torch's, where a power of x would overflow or underflow float32.
+    tensors = [torch.tensor(v, device=device).to(dtype).reshape(shape)
+               for v in [5.7e29, -7.1e-31, 3.0, 0.0] for dtype in [torch.float32, torch.bfloat16] for shape in [(1,), ()]]
+    for ours, theirs in zip(fr.foreach_norm(tensors, ord), torch._foreach_norm(tensors, ord)):
+        torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_foreach_norms_share_no_storage(device):
     # A custom operator's outputs may not alias one another (torch.compile
     # raises from torch 2.12): each norm, and each fake one, has its own.

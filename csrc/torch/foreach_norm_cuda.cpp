@@ -1,3 +1,5 @@
+#include <ATen/cuda/EmptyTensor.h>
+
 #include "../kernels/foreach_table.h"
 #include "../launch/foreach_norm.h"
 #include "common.h"
@@ -8,8 +10,14 @@ namespace fastreduce {
 
 namespace {
 
-void foreach_norm_cuda(at::TensorList tensors, double ord, std::vector<at::Tensor>& norms) {
+std::vector<at::Tensor> foreach_norm_cuda(at::TensorList tensors, double ord) {
   const c10::cuda::CUDAGuard guard(tensors[0].device());
+  // Each norm allocated without a dispatch: through at::empty, the op's host
+  // time at GPT-2's 148 gradients was 276 µs a call, now 206 (H200; NOTES).
+  std::vector<at::Tensor> norms;
+  norms.reserve(tensors.size());
+  for (const at::Tensor& x : tensors)
+    norms.push_back(at::detail::empty_cuda({}, x.scalar_type(), x.device(), std::nullopt));
   for (size_t begin = 0; begin < tensors.size(); begin += kForeachTensors) {
     ForeachTable table{};
     table.count = static_cast<int>(std::min<size_t>(kForeachTensors, tensors.size() - begin));
@@ -29,6 +37,7 @@ void foreach_norm_cuda(at::TensorList tensors, double ord, std::vector<at::Tenso
     check_cuda(foreach_norm(table, ord, scratch.defined() ? scratch.data_ptr() : nullptr, current_stream()),
                "foreach_norm");
   }
+  return norms;
 }
 
 }  // namespace

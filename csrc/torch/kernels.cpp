@@ -5,7 +5,7 @@
 namespace fastreduce {
 
 FASTREDUCE_DEFINE_STUB(reduce_stub, void(const ReduceProblem&, void*));
-FASTREDUCE_DEFINE_STUB(foreach_norm_stub, void(at::TensorList, double, std::vector<at::Tensor>&));
+FASTREDUCE_DEFINE_STUB(foreach_norm_stub, std::vector<at::Tensor>(at::TensorList, double));
 FASTREDUCE_DEFINE_STUB(norm_forward_stub, void(const NormShape&, const NormForwardBuffers<>&, double));
 FASTREDUCE_DEFINE_STUB(norm_backward_stub, void(const NormShape&, const NormBackwardBuffers<>&, const NormParamGrads&));
 FASTREDUCE_DEFINE_STUB(normalize_rows_stub, void(const NormShape&, const NormApplyBuffers<>&));

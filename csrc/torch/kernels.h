@@ -22,10 +22,10 @@ namespace fastreduce {
 // caller sets it).
 FASTREDUCE_DECLARE_STUB(reduce_stub, void(const ReduceProblem& problem, void* output));
 
-// The norm of each of `tensors` (contiguous, float/half types) into the 0-dim
-// `norms` (one per tensor, of its dtype), in one pass over all. CUDA only.
-FASTREDUCE_DECLARE_STUB(foreach_norm_stub,
-                        void(at::TensorList tensors, double ord, std::vector<at::Tensor>& norms));
+// The norm of each of `tensors` (contiguous, float/half types, on one
+// device), in one pass over all: a 0-dim tensor of its own each, of its
+// tensor's dtype. CUDA only.
+FASTREDUCE_DECLARE_STUB(foreach_norm_stub, std::vector<at::Tensor>(at::TensorList tensors, double ord));
 
 // layer_norm and rms_norm, softmax and causal_softmax over the buffers the
 // op code prepared, on the current device (the caller sets it).

@@ -113,8 +113,13 @@ std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::
   const char* op = "foreach_norm";
   TORCH_CHECK(!ord.isComplex(), op, ": argument 'ord' must be real");
   const double p = ord.toDouble();
+  // A single element's norm of an order that takes powers (2 and any p but
+  // 0, 1 and +-inf) is |x|, as norm's and torch's per-tensor path: no power
+  // to overflow or underflow on the way (a float32 of 1e30, order 2).
+  const bool power_order = p != 0 && p != 1 && !std::isinf(p);
   std::vector<at::Tensor> norms(tensors.size());
-  std::vector<at::Tensor> batched, batched_norms;
+  std::vector<at::Tensor> batched;
+  std::vector<size_t> where;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": argument 'tensors' must hold floating tensors, got ",
@@ -123,19 +128,19 @@ std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::
                 " norm of the empty tensor at index ", to_text(static_cast<int64_t>(i)));
     if (t.numel() == 0) {
       norms[i] = at::zeros({}, t.options());
-    } else if (t.is_cuda() && t.scalar_type() != at::kDouble) {
+    } else if (t.is_cuda() && t.scalar_type() != at::kDouble && !(t.numel() == 1 && power_order)) {
       TORCH_CHECK(batched.empty() || t.device() == batched[0].device(), op,
                   ": argument 'tensors' must be on one device, got ", to_text(batched[0].device()), " and ",
                   to_text(t.device()));
       batched.push_back(t.contiguous());
-      norms[i] = at::empty({}, t.options());
-      batched_norms.push_back(norms[i]);
+      where.push_back(i);
     } else {
       norms[i] = norm(t, ord, std::nullopt, false, std::nullopt);
     }
   }
   if (batched.empty()) return norms;
-  foreach_norm_stub(batched[0].device().type(), batched, p, batched_norms);
+  std::vector<at::Tensor> batched_norms = foreach_norm_stub(batched[0].device().type(), batched, p);
+  for (size_t k = 0; k < where.size(); ++k) norms[where[k]] = std::move(batched_norms[k]);
   return norms;
 }
 
