@@ -397,6 +397,9 @@ def _foreach_norm(case):
     if tensors and case.other_device() and case.chance("one_on_cpu", 0.15):
         tensors[0] = tensors[0].cpu()
     ord = case.pick("ord", [2, 1, float("inf"), 0, 3])
+    if tensors and case.chance("one_element", 0.1):  # |x| at any order: no power to over- or underflow
+        tensors[-1] = case.tensor(case.pick("one_element.shape", [(), (1,), (1, 1)]), tensors[-1].dtype, "t_one",
+                                  device=tensors[-1].device, special=case.pick("one_element.values", ["huge", "tiny"]))
     return Trial(ops.foreach_norm, (tensors, ord), {}, torch._foreach_norm)
 
 
