@@ -262,10 +262,11 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
       if (!a.residual && n >= kRereadRowMin<T, Math> && n <= kRereadRowMax &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
         constexpr bool kFloat = sizeof(T) == 4;
+        constexpr int kWidePacks = kFloat ? 8 : 4;  // packs a thread past kRereadRowMax / 2
         const bool wide = n > kRereadRowMax / 2;
-        const auto kernel = wide ? norm_forward_reread_kernel<T, kFloat ? 8 : 4, Math, true>
+        const auto kernel = wide ? norm_forward_reread_kernel<T, kWidePacks, Math, true>
                                  : norm_forward_reread_kernel<T, 4, Math, kFloat>;
-        kernel<<<a.rows, block_lane_threads(n / Vec16<T>::kSize, kFloat && wide ? 8 : 4), 0, stream>>>(a);
+        kernel<<<a.rows, block_lane_threads(n / Vec16<T>::kSize, wide ? kWidePacks : 4), 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
