@@ -68,7 +68,11 @@ __global__ void foreach_norm_finish_kernel(const __grid_constant__ ForeachTable 
   if (lane != 0) return;
   visit_float_dtype<Half, BFloat16>(table.dtype[t], [&](auto tag) {
     using Out = typename decltype(tag)::type;
-    op.store(static_cast<Out*>(table.outputs[t]), 0, acc);
+    Out* out = static_cast<Out*>(table.outputs[t]);
+    if (table.numel[t] == 1)
+      *out = static_cast<Out>(Op::of_one(std::abs(widen_to<Acc>(*static_cast<const Out*>(table.inputs[t])))));
+    else
+      op.store(out, 0, acc);
   });
 }
 

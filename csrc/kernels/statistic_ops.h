@@ -144,6 +144,11 @@ struct NormOp : ElementwiseOp<NormOp<A, kOrder>, A> {
       default: return combine(acc, magnitude);
     }
   }
+  // The norm of a single element: |x| (x != 0 for order 0), with no power
+  // and root to over- or underflow on the way (a float of 1e30, order 2).
+  FR_HOST_DEVICE static A of_one(A magnitude) {
+    return kOrder == NormOrder::Zero ? A(magnitude != A(0)) : magnitude;
+  }
   FR_HOST_DEVICE A finalize(A acc) const {
     if constexpr (kOrder == NormOrder::Two) return std::sqrt(acc);
     else if constexpr (kOrder == NormOrder::Other) return std::pow(acc, inv_p);

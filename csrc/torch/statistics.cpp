@@ -113,10 +113,6 @@ std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::
   const char* op = "foreach_norm";
   TORCH_CHECK(!ord.isComplex(), op, ": argument 'ord' must be real");
   const double p = ord.toDouble();
-  // A single element's norm of an order that takes powers (2 and any p but
-  // 0, 1 and +-inf) is |x|, as norm's and torch's per-tensor path: no power
-  // to overflow or underflow on the way (a float32 of 1e30, order 2).
-  const bool power_order = p != 0 && p != 1 && !std::isinf(p);
   std::vector<at::Tensor> norms(tensors.size());
   std::vector<at::Tensor> batched;
   std::vector<size_t> where;
@@ -128,7 +124,7 @@ std::vector<at::Tensor> backend::foreach_norm(at::TensorList tensors, const at::
                 " norm of the empty tensor at index ", to_text(static_cast<int64_t>(i)));
     if (t.numel() == 0) {
       norms[i] = at::zeros({}, t.options());
-    } else if (t.is_cuda() && t.scalar_type() != at::kDouble && !(t.numel() == 1 && power_order)) {
+    } else if (t.is_cuda() && t.scalar_type() != at::kDouble) {
       TORCH_CHECK(batched.empty() || t.device() == batched[0].device(), op,
                   ": argument 'tensors' must be on one device, got ", to_text(batched[0].device()), " and ",
                   to_text(t.device()));
