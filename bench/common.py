@@ -44,7 +44,11 @@ class Timer:
     def evict_l2(self) -> None:
         torch.amax(self.flush, 0, out=self.sink)
 
-    def median_us(self, fn: Callable[[], object], reps: int = 30, warmup: int = 3, budget_s: float = 2.0) -> float:
+    def median_us(self, fn: Callable[[], object], reps: int = 30, warmup: int = 3, budget_s: float = 2.0,
+                  behind_sleep: int = 0) -> float:
+        """With `behind_sleep` cycles, each call is queued behind a sleep kernel
+        that outlasts the host's work, so that the events time the device alone
+        (calls whose host work outlasts the eviction read)."""
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
@@ -52,6 +56,8 @@ class Timer:
         start_time = datetime.datetime.now()
         for i in range(reps):
             self.evict_l2()
+            if behind_sleep:
+                torch.cuda._sleep(behind_sleep)
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
             fn()
