@@ -293,6 +293,28 @@ def test_any_all_special_values(device):
     assert fr.any(u8).dtype == torch.uint8 == torch.any(u8).dtype
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8], ids=str)
+def test_any_all_of_every_byte(device, dtype):
+    # Bytes of every value (0x80 and 0xff among them), rows long enough to be
+    # read in 16-byte packs: every other row of the dense input has one zero,
+    # of the sparse one a single non-zero.
+    g = torch.Generator().manual_seed(0)
+    rows, width = 64, 4099
+    where = (torch.arange(0, rows, 2), torch.randint(0, width, (rows // 2,), generator=g))
+    dense = torch.randint(1, 256, (rows, width), generator=g, dtype=torch.int32)
+    dense[where] = 0
+    sparse = torch.zeros(rows, width, dtype=torch.int32)
+    sparse[where] = torch.randint(1, 256, (rows // 2,), generator=g, dtype=torch.int32)
+    for base in [dense, sparse]:
+        for x in layouts(base.to(torch.uint8).view(dtype).to(device)):
+            for dim in [None, 0, 1]:
+                expected_any = torch.any(x, dim) if dim is not None else torch.any(x)
+                expected_all = torch.all(x, dim) if dim is not None else torch.all(x)
+                assert torch.equal(fr.any(x, dim), expected_any)
+                assert torch.equal(fr.all(x, dim), expected_all)
+
+
 # ---- autograd, through every argument combination
 
 

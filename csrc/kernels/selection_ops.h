@@ -2,6 +2,8 @@
 // any/all, on the contract of reduce_op.h. Torch-free and CUDA-free.
 #pragma once
 
+#include <cstring>
+
 #include "reduce_op.h"
 
 namespace fastreduce {
@@ -72,6 +74,19 @@ struct LogicalOp : ElementwiseOp<LogicalOp<kAll>, int> {
   FR_HOST_DEVICE int fold(int acc, In x, int64_t) const {
     using W = std::conditional_t<std::is_arithmetic_v<In>, In, float>;
     return combine(acc, widen_to<W>(x) != W(0));
+  }
+  // Bytes (bool, int8, uint8) a 64-bit word at a time: a word holds a zero
+  // byte exactly when (word - 0x01..01) & ~word & 0x80..80 is non-zero.
+  template <typename In, int N>
+  FR_HOST_DEVICE std::enable_if_t<sizeof(In) == 1 && N % 8 == 0, int> fold_pack(int acc, const In (&pack)[N],
+                                                                                 int64_t) const {
+    constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
+    for (int k = 0; k < N; k += 8) {
+      uint64_t word;
+      std::memcpy(&word, &pack[k], sizeof(word));
+      acc = combine(acc, kAll ? ((word - kOnes) & ~word & kHighs) == 0 : word != 0);
+    }
+    return acc;
   }
 };
 
