@@ -25,11 +25,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import environment, header, save_json  # noqa: E402
+from common import SLEEP_CYCLES, environment, header, save_json  # noqa: E402
 from peers import SHAPES, TRAFFIC, Meter, copy_kernel, definitions, liger, make_inputs, step  # noqa: E402
-
-# Longer than any cell's host work (cycles: about 2 ms at the H100's clock).
-SLEEP_CYCLES = 4_000_000
 
 
 def split(meter: Meter, fn, reps: int) -> dict:

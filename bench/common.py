@@ -30,6 +30,12 @@ RESULTS_DIR = os.environ.get("FASTREDUCE_RESULTS_DIR") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "bench-results")
 
 
+# A sleep kernel that outlasts any benchmarked call's host work (cycles:
+# about 2 ms at the H100's clock): queued before a call, it leaves events
+# around the call timing the device alone.
+SLEEP_CYCLES = 4_000_000
+
+
 class Timer:
     def __init__(self, flush_mb: int = 256, spin_up_s: float = 2.0):
         self.flush = torch.empty(flush_mb * 2**20 // 4, dtype=torch.float32, device="cuda").uniform_()

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastreduce_torch as fr  # noqa: E402
-from common import Timer, environment, header, print_table, progress, save_json  # noqa: E402
+from common import SLEEP_CYCLES, Timer, environment, header, print_table, progress, save_json  # noqa: E402
 
 OPS = {  # name: (fastreduce, torch), both called as f(x, dim)
     "var_mean": (lambda x, d: fr.var_mean(x, d), lambda x, d: torch.var_mean(x, d)),
@@ -94,11 +94,6 @@ def gpt2_grads():
     for p in params:
         p.grad = torch.randn(p.shape, device="cuda") * 1e-2
     return params
-
-
-# Longer than the host's work of one clip_grad_norm_ of GPT-2's 148
-# gradients (cycles: about 2 ms at the H100's clock).
-SLEEP_CYCLES = 4_000_000
 
 
 def loop_us(fn, calls: int = 50, trials: int = 7) -> float:
