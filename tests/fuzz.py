@@ -113,6 +113,8 @@ class Case:
 
     def values(self, shape, dtype, special=None, positive=False):
         g = self.generator
+        if special in ("no_zeros", "sparse"):
+            return self.logical_values(shape, dtype, special)
         if dtype == torch.bool:
             return torch.rand(shape, generator=g) < 0.5
         if not dtype.is_floating_point:
@@ -135,6 +137,19 @@ class Case:
         finite = x[x.isfinite()]
         if finite.numel():
             self.scale = max(self.scale, finite.abs().max().item())
+        return x
+
+    def logical_values(self, shape, dtype, fill):
+        """Non-zeros everywhere ("no_zeros") or at 1% of the places ("sparse"); integers of
+        every byte value (0x80 and 0xff among them)."""
+        g = self.generator
+        raw = torch.randint(1, 256, shape, generator=g, dtype=torch.int32).to(torch.uint8)
+        if dtype.is_floating_point:
+            x = (raw.to(torch.float64) - 128.5).to(dtype)
+        else:
+            x = raw.view(torch.int8) if dtype == torch.int8 else raw.to(dtype)
+        if fill == "sparse":
+            x[torch.rand(shape, generator=g) >= 0.01] = 0
         return x
 
     def tensor(self, shape, dtype, name="x", device=None, special="random", layout="random", positive=False):
@@ -384,8 +399,17 @@ def _aminmax(case):
     return Trial(ops.aminmax, (x,), {"dim": dim, "keepdim": keepdim}, theirs)
 
 
-op("any")(lambda case: Trial(ops.any, _reduced(case, EVERY_DTYPE), {}, torch.any))
-op("all")(lambda case: Trial(ops.all, _reduced(case, EVERY_DTYPE), {}, torch.all))
+def _logical(case):
+    """any/all's input, a dim argument and keepdim: as _reduced's, or non-zero
+    everywhere or almost nowhere, so that rows of every outcome reach the folds."""
+    dtype = case.pick("dtype", EVERY_DTYPE)
+    fill = case.pick("fill", ["random", "no_zeros", "sparse"], [2, 1, 1])
+    x = case.tensor(case.shape(), dtype, special=fill)
+    return x, case.dims(x.dim()), case.pick("keepdim", [False, True])
+
+
+op("any")(lambda case: Trial(ops.any, _logical(case), {}, torch.any))
+op("all")(lambda case: Trial(ops.all, _logical(case), {}, torch.all))
 
 
 @op("foreach_norm")
