@@ -408,7 +408,8 @@ def test_foreach_norm(device, ord):
 def test_foreach_norm_of_one_element(device, ord):
     # |x| for any order, as torch's, where a power of x would overflow or underflow float32.
     tensors = [torch.tensor(v, device=device).to(dtype).reshape(shape)
-               for v in [5.7e29, -7.1e-31, 3.0, 0.0, -math.inf, math.nan] for dtype in [torch.float32, torch.bfloat16] for shape in [(1,), ()]]
+               for v in [5.7e29, -7.1e-31, 3.0, 0.0, -math.inf, math.nan]
+               for dtype in [torch.float32, torch.bfloat16] for shape in [(1,), ()]]
     for ours, theirs in zip(fr.foreach_norm(tensors, ord), torch._foreach_norm(tensors, ord)):
         torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=0, equal_nan=True)
 
