@@ -51,9 +51,11 @@ fi
 want tests && python3 -m pytest -q -ra -m cuda tests -p no:cacheprovider 2>&1 | tail -n 60 | tee "$OUT/tests.log"
 # The C++ tests (API on CPU and CUDA, the example, AOTInductor from C++).
 want cpp && MAX_JOBS=16 make cpp-test PYTHON=python3 2>&1 | grep -v "^\[\|^--\|gmake" | tail -n 60 | tee "$OUT/cpp.log"
-# The fuzz suite's CUDA cases past the 40 the tests run (400 took 78 s on an
-# H200; FUZZ_CASES sets it).
-want fuzz && FASTREDUCE_FUZZ_CASES=${FUZZ_CASES:-400} python3 -m pytest -q -p no:cacheprovider -m cuda \
+# The fuzz suite's CUDA cases past the 40 the tests run, in four children at
+# once (one child: 400 cases an op in 78 s on an H200; four, by a scratch
+# runner: 2000 an op in 89 s). FUZZ_CASES and FUZZ_WORKERS set them.
+want fuzz && FASTREDUCE_FUZZ_CASES=${FUZZ_CASES:-1000} FASTREDUCE_FUZZ_WORKERS=${FUZZ_WORKERS:-4} \
+  python3 -m pytest -q -p no:cacheprovider -m cuda \
   tests/test_fuzz.py -k cuda 2>&1 | grep -E "^E +(python|    output|    case)|passed|failed" | tee "$OUT/fuzz.log"
 # compute-sanitizer over the CUDA norm, loss and autograd tests (compiled ones left
 # out: Inductor's own kernels are not ours to check; so are the test of Python

@@ -3,14 +3,16 @@ operator against torch's counterpart, in child processes so that a crash
 fails the case it happened in and names it.
 
 FASTREDUCE_FUZZ_CASES sets the cases per operator (default 40);
-FASTREDUCE_FUZZ_WRAP runs the children under a command, e.g.
-`compute-sanitizer --tool memcheck`, whose error reports fail the case they
-appear in."""
+FASTREDUCE_FUZZ_WORKERS the children run at once (default 1), each with its
+share of the cores; FASTREDUCE_FUZZ_WRAP runs the children under a command,
+e.g. `compute-sanitizer --tool memcheck`, whose error reports fail the case
+they appear in."""
 
 import os
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -19,16 +21,18 @@ import fuzz
 from conftest import DEVICES, requires_cuda
 
 CASES = int(os.environ.get("FASTREDUCE_FUZZ_CASES", "40"))
+WORKERS = int(os.environ.get("FASTREDUCE_FUZZ_WORKERS", "1"))
 WRAP = shlex.split(os.environ.get("FASTREDUCE_FUZZ_WRAP", ""))
 SANITIZER_PREFIX = "========="
 
 
-def run_cases(device, jobs):
+def run_cases(device, jobs, env=None):
     """{(op, index): None or the failure}, restarting the child after a crash."""
     results, pending = {}, list(jobs)
     while pending:
         child = subprocess.run([*WRAP, sys.executable, fuzz.__file__, "--worker", "--device", device],
-                               input="".join(f"{op} {i}\n" for op, i in pending), capture_output=True, text=True)
+                               input="".join(f"{op} {i}\n" for op, i in pending), capture_output=True, text=True,
+                               env=env)
         current = None
         for line in child.stdout.splitlines():
             if line.startswith("start "):
@@ -53,13 +57,26 @@ def run_cases(device, jobs):
     return results
 
 
+def run_cases_in_parallel(device, jobs):
+    """run_cases over WORKERS children at once, each given every WORKERS-th job
+    and its share of the cores (each child's torch would otherwise start a
+    thread per core)."""
+    if WORKERS <= 1:
+        return run_cases(device, jobs)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
+    with ThreadPoolExecutor(WORKERS) as pool:
+        shares = pool.map(lambda k: run_cases(device, jobs[k::WORKERS], env), range(WORKERS))
+    return {job: outcome for share in shares for job, outcome in share.items()}
+
+
 @pytest.fixture(scope="module")
 def outcomes(request):
     cache = {}
 
     def of(device):
         if device not in cache:
-            cache[device] = run_cases(device, [(op, i) for op in sorted(fuzz.OPS) for i in range(CASES)])
+            cache[device] = run_cases_in_parallel(device, [(op, i) for op in sorted(fuzz.OPS) for i in range(CASES)])
         return cache[device]
 
     return of
