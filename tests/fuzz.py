@@ -22,8 +22,9 @@ non-finite where torch's are, either kind. Values may also match torch's
 float64 answer instead (where torch underflows, say), or, for a CUDA case,
 torch's CPU answer (where torch's two backends differ).
 
-tests/test_fuzz.py runs the cases in child processes, so a crash fails the
-case it happened in. One case, in this process, printing what it compared:
+tests/fuzz_runner.py runs cases in child processes, so a crash fails the
+case it happened in (tests/test_fuzz.py through it; a range of indices from
+the command line). One case, in this process, printing what it compared:
 
     python tests/fuzz.py --device cpu --op sum --case 17
 
@@ -1301,7 +1302,7 @@ def main():
     parser.add_argument("--op", choices=sorted(OPS))
     parser.add_argument("--case", type=int)
     parser.add_argument("--drawn-as", help="draw the case of this device (a CUDA case's inputs on the CPU)")
-    parser.add_argument("--worker", action="store_true", help="read `OP I` jobs from stdin (tests/test_fuzz.py)")
+    parser.add_argument("--worker", action="store_true", help="read `OP I` jobs from stdin (tests/fuzz_runner.py)")
     args = parser.parse_args()
     if args.worker:
         worker(args.device, [(line.split()[0], int(line.split()[1])) for line in sys.stdin if line.strip()])

@@ -10,64 +10,17 @@ they appear in."""
 
 import os
 import shlex
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
 import fuzz
 from conftest import DEVICES, requires_cuda
+from fuzz_runner import run_cases, run_cases_in_parallel
 
 CASES = int(os.environ.get("FASTREDUCE_FUZZ_CASES", "40"))
 WORKERS = int(os.environ.get("FASTREDUCE_FUZZ_WORKERS", "1"))
 WRAP = shlex.split(os.environ.get("FASTREDUCE_FUZZ_WRAP", ""))
-SANITIZER_PREFIX = "========="
-
-
-def run_cases(device, jobs, env=None):
-    """{(op, index): None or the failure}, restarting the child after a crash."""
-    results, pending = {}, list(jobs)
-    while pending:
-        child = subprocess.run([*WRAP, sys.executable, fuzz.__file__, "--worker", "--device", device],
-                               input="".join(f"{op} {i}\n" for op, i in pending), capture_output=True, text=True,
-                               env=env)
-        current = None
-        for line in child.stdout.splitlines():
-            if line.startswith("start "):
-                _, op, index = line.split()
-                current = (op, int(index))
-            elif current and line == "ok":
-                results.setdefault(current, None)
-                current = None
-            elif current and line.startswith("fail "):
-                results[current] = line[5:]
-                current = None
-            elif line.startswith(SANITIZER_PREFIX) and "ERROR SUMMARY: 0 errors" not in line:
-                last = current or next(reversed(results), None)
-                if last and ("Invalid" in line or "Error" in line or "error" in line):
-                    results[last] = (results.get(last) or "") + " sanitizer: " + line[len(SANITIZER_PREFIX):].strip()
-        if current:
-            tail = " | ".join(child.stderr.strip().splitlines()[-3:])
-            results[current] = f"crashed the process (exit {child.returncode}): {tail}"
-        elif child.returncode and not any(results.get(j) for j in pending):
-            results[pending[-1]] = f"the child exited {child.returncode}: {child.stderr.strip()[-300:]}"
-        pending = [job for job in pending if job not in results]
-    return results
-
-
-def run_cases_in_parallel(device, jobs, workers=WORKERS):
-    """run_cases over `workers` children at once, each given every workers-th
-    job and its share of the cores (each child's torch would otherwise start a
-    thread per core)."""
-    if workers <= 1:
-        return run_cases(device, jobs)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
-    with ThreadPoolExecutor(workers) as pool:
-        shares = pool.map(lambda k: run_cases(device, jobs[k::workers], env), range(workers))
-    return {job: outcome for share in shares for job, outcome in share.items()}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +29,8 @@ def outcomes(request):
 
     def of(device):
         if device not in cache:
-            cache[device] = run_cases_in_parallel(device, [(op, i) for op in sorted(fuzz.OPS) for i in range(CASES)])
+            jobs = [(op, i) for op in sorted(fuzz.OPS) for i in range(CASES)]
+            cache[device] = run_cases_in_parallel(device, jobs, WORKERS, WRAP)
         return cache[device]
 
     return of
