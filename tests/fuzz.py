@@ -260,9 +260,9 @@ def op(name):
 # ---- reductions ---------------------------------------------------------
 
 
-def _reduced(case, dtypes, **dim_options):
-    """An input of one of `dtypes`, a dim argument for it and keepdim."""
-    x = case.tensor(case.shape(), case.pick("dtype", dtypes))
+def _reduced(case, dtypes, special="random", **dim_options):
+    """An input of one of `dtypes` (values as `special` says), a dim argument for it and keepdim."""
+    x = case.tensor(case.shape(), case.pick("dtype", dtypes), special=special)
     return x, case.dims(x.dim(), **dim_options), case.pick("keepdim", [False, True])
 
 
@@ -403,10 +403,7 @@ def _aminmax(case):
 def _logical(case):
     """any/all's input, a dim argument and keepdim: as _reduced's, or non-zero
     everywhere or almost nowhere, so that rows of every outcome reach the folds."""
-    dtype = case.pick("dtype", EVERY_DTYPE)
-    fill = case.pick("fill", ["random", "no_zeros", "sparse"], [2, 1, 1])
-    x = case.tensor(case.shape(), dtype, special=fill)
-    return x, case.dims(x.dim()), case.pick("keepdim", [False, True])
+    return _reduced(case, EVERY_DTYPE, special=case.pick("fill", ["random", "no_zeros", "sparse"], [2, 1, 1]))
 
 
 op("any")(lambda case: Trial(ops.any, _logical(case), {}, torch.any))
