@@ -108,6 +108,7 @@ __device__ __forceinline__ T load_from_other_block(const T* p) {
 
 // Whether Op folds a whole pack at once (fold_pack), paying its per-step
 // cost (a division, a rescale) once per pack instead of once per element.
+// Such ops ignore indices: a pack's elements need not be adjacent.
 template <typename Op, typename In, int N, typename = void>
 struct FoldsPacks : std::false_type {};
 template <typename Op, typename In, int N>
@@ -158,8 +159,19 @@ __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64
     Vec16<In> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) v[u] = vecs[base + u * team];
+    if constexpr (FoldsPacks<Op, In, kUnroll * kVec>::value) {
+      // The whole round as one pack: one Welford division or rescale a
+      // round, not one a vector.
+      VecN<In, kUnroll * kVec> round;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc = fold_vec(op, acc, v[u], first_index + (base + u * team) * kVec);
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) round.elem[u * kVec + k] = v[u].elem[k];
+      acc = fold_vec(op, acc, round, first_index + base * kVec);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) acc = fold_vec(op, acc, v[u], first_index + (base + u * team) * kVec);
+    }
   }
   if (base < num_vecs) {
     Vec16<In> v[kUnroll];
