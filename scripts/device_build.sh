@@ -29,6 +29,6 @@ git ls-files -z --cached --others --exclude-standard |
 (cd "$tree" && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-2} \
   "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps -e .)
 mkdir -p .device_build
-cp "$tree"/fastreduce_torch/{_C.cpython-312-x86_64-linux-gnu.so,libfastreduce_ops.so,_build_info.py} .device_build/
+cp "$tree"/fastreduce_torch/{_C.cpython-312-x86_64-linux-gnu.so,libfastreduce_ops.so,libfastreduce_cpu_avx512.so,_build_info.py} .device_build/
 bash scripts/source_hash.sh > .device_build/sources.sha256
 echo "built for the GPU machine: $(du -sh .device_build | cut -f1) in .device_build (carry it)"

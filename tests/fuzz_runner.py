@@ -51,13 +51,13 @@ def run_cases(device, jobs, wrap=(), env=None):
     return results
 
 
-def run_cases_in_parallel(device, jobs, workers=1, wrap=()):
+def run_cases_in_parallel(device, jobs, workers=1, wrap=(), env=None):
     """run_cases over `workers` children at once, each given every workers-th
     job and its share of the cores (each child's torch would otherwise start a
     thread per core)."""
     if workers <= 1:
-        return run_cases(device, jobs, wrap)
-    env = dict(os.environ)
+        return run_cases(device, jobs, wrap, env)
+    env = dict(env or os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     with ThreadPoolExecutor(workers) as pool:
         shares = pool.map(lambda k: run_cases(device, jobs[k::workers], wrap, env), range(workers))

@@ -28,6 +28,26 @@ def test_operators_come_from_the_python_free_library():
         assert "libtorch_python" not in needed and "libpython" not in needed
 
 
+AVX512_KERNELS = os.path.join(os.path.dirname(fastreduce_torch.__file__), "libfastreduce_cpu_avx512.so")
+
+
+@pytest.mark.skipif(not os.path.exists(AVX512_KERNELS), reason="no AVX-512 CPU kernels in this build")
+@pytest.mark.parametrize("named", [None, "avx2", "avx512"])
+def test_avx512_cpu_kernels_load_where_torch_runs_its_own(named):
+    # ATEN_CPU_CAPABILITY names torch's capability (only lowers it): ours follow.
+    env = dict(os.environ)
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    if named:
+        env["ATEN_CPU_CAPABILITY"] = named
+    code = ("import torch, fastreduce_torch; maps = open('/proc/self/maps').read(); "
+            f"print(torch.backends.cpu.get_cpu_capability(), {AVX512_KERNELS!r} in maps)")
+    capability, loaded = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                        check=True).stdout.split()
+    assert loaded == str(capability == "AVX512")
+    if named == "avx2":
+        assert capability != "AVX512"
+
+
 def test_cmake_package_is_installed():
     folder = os.path.join(fastreduce_torch.cmake_prefix_path, "fastreduce")
     assert os.path.isfile(os.path.join(folder, "fastreduceConfig.cmake"))

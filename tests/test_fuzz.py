@@ -14,6 +14,7 @@ import shlex
 import pytest
 import torch
 
+import fastreduce_torch
 import fuzz
 from conftest import DEVICES, requires_cuda
 from fuzz_runner import run_cases, run_cases_in_parallel
@@ -23,27 +24,43 @@ WORKERS = int(os.environ.get("FASTREDUCE_FUZZ_WORKERS", "1"))
 WRAP = shlex.split(os.environ.get("FASTREDUCE_FUZZ_WRAP", ""))
 
 
+# Where the AVX-512 CPU kernels load (csrc/torch/cpu_capability.cpp), the
+# base ones run only when ATEN_CPU_CAPABILITY lowers torch's capability.
+BASE_CPU_KERNELS_IDLE = torch.backends.cpu.get_cpu_capability() == "AVX512" and os.path.exists(
+    os.path.join(os.path.dirname(fastreduce_torch.__file__), "libfastreduce_cpu_avx512.so"))
+
+
 @pytest.fixture(scope="module")
 def outcomes(request):
     cache = {}
 
-    def of(device):
-        if device not in cache:
+    def of(device, capability=None):
+        if (device, capability) not in cache:
             jobs = [(op, i) for op in sorted(fuzz.OPS) for i in range(CASES)]
-            cache[device] = run_cases_in_parallel(device, jobs, WORKERS, WRAP)
-        return cache[device]
+            env = dict(os.environ, ATEN_CPU_CAPABILITY=capability) if capability else None
+            cache[device, capability] = run_cases_in_parallel(device, jobs, WORKERS, WRAP, env)
+        return cache[device, capability]
 
     return of
+
+
+def assert_cases_hold(op, device, results):
+    failures = [f"{fuzz.reproducer(op, i, device)}\n    {results[(op, i)]}\n    case: {fuzz.describe(op, i, device)}"
+                for i in range(CASES) if results.get((op, i))]
+    assert len([i for i in range(CASES) if (op, i) in results]) == CASES
+    assert not failures, f"{len(failures)} of {CASES} cases differ from torch:\n" + "\n".join(failures)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", sorted(fuzz.OPS))
 def test_fuzz(op, device, outcomes):
-    results = outcomes(device)
-    failures = [f"{fuzz.reproducer(op, i, device)}\n    {results[(op, i)]}\n    case: {fuzz.describe(op, i, device)}"
-                for i in range(CASES) if results.get((op, i))]
-    assert len([i for i in range(CASES) if (op, i) in results]) == CASES
-    assert not failures, f"{len(failures)} of {CASES} cases differ from torch:\n" + "\n".join(failures)
+    assert_cases_hold(op, device, outcomes(device))
+
+
+@pytest.mark.skipif(not BASE_CPU_KERNELS_IDLE, reason="test_fuzz's CPU cases ran the base CPU kernels")
+@pytest.mark.parametrize("op", sorted(fuzz.OPS))
+def test_fuzz_base_cpu_kernels(op, outcomes):
+    assert_cases_hold(op, "cpu", outcomes("cpu", capability="avx2"))
 
 
 def test_children_in_parallel_give_one_child_s_outcomes():

@@ -28,8 +28,15 @@ class DeviceStub<R(Args...)> {
     return fn(std::forward<Args>(args)...);
   }
 
-  bool set(c10::DeviceType device, Fn fn) {
-    (device == c10::DeviceType::CUDA ? cuda_ : cpu_) = fn;
+  // A CPU kernel of a higher rank replaces one of a lower rank, whichever
+  // registers first.
+  bool set(c10::DeviceType device, Fn fn, int rank = 0) {
+    if (device == c10::DeviceType::CUDA) {
+      cuda_ = fn;
+    } else if (rank >= cpu_rank_) {
+      cpu_ = fn;
+      cpu_rank_ = rank;
+    }
     return true;
   }
 
@@ -37,7 +44,16 @@ class DeviceStub<R(Args...)> {
   const char* name_;
   Fn cpu_ = nullptr;
   Fn cuda_ = nullptr;
+  int cpu_rank_ = 0;
 };
+
+// The rank of the CPU kernels compiled here: the AVX-512 copies of csrc/cpu
+// (a library of their own, cpu_capability.cpp) over the base build's.
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr int kCpuKernelRank = 1;
+#else
+constexpr int kCpuKernelRank = 0;
+#endif
 
 // In a header: the stub every backend and caller shares.
 #define FASTREDUCE_DECLARE_STUB(stub, signature) extern DeviceStub<signature> stub
@@ -45,6 +61,6 @@ class DeviceStub<R(Args...)> {
 #define FASTREDUCE_DEFINE_STUB(stub, signature) DeviceStub<signature> stub(#stub)
 // In a backend's source file, at namespace scope: `device` is CPU or CUDA.
 #define FASTREDUCE_REGISTER_KERNEL(stub, device, fn) \
-  static const bool stub##_##device##_registered = stub.set(c10::DeviceType::device, fn)
+  static const bool stub##_##device##_registered = stub.set(c10::DeviceType::device, fn, kCpuKernelRank)
 
 }  // namespace fastreduce
