@@ -23,6 +23,7 @@ using cpu::Vec;
 using cpu::VecOp;
 
 constexpr int64_t kBlock = 4096;         // elements folded into vector lanes before they join the total
+constexpr int kPack = 16;                // elements an op with fold_pack (Welford, any/all) takes at once
 constexpr int64_t kFullChunk = 1 << 16;  // slice of a full reduction per parallel task
 constexpr int64_t kStrip = 2048;         // columns of one column task: a contiguous 8 KiB of floats per row
 constexpr int64_t kColumnPartials = 32;  // runs of rows a column reduction is cut into, at most
@@ -155,8 +156,8 @@ constexpr bool kVectorized<MinOp<A>> = true;
 // (error grows with the block count, not n). Ops with a vector form fold
 // floating types straight from the input (half types widened in registers)
 // and integers on lanes; norms on lanes, logsumexp in vectors. The rest
-// fold one element at a time within a block (a float32 Welford run over a
-// million elements drifts by 5e-4; in blocks, 1e-6).
+// fold a pack (fold_pack) or an element at a time within a block (a float32
+// Welford run over a million elements drifts by 5e-4; in blocks, 1e-6).
 template <typename Op, typename In>
 typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t first_index) {
   using Acc = typename Op::acc_t;
@@ -173,7 +174,11 @@ typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t
       acc = Op::combine(acc, logsumexp_block<decltype(Acc::max)>(x + start, count));
     } else {
       Acc block = Op::identity();
-      for (int64_t i = start; i < start + count; ++i) block = op.fold(block, x[i], first_index + i);
+      int64_t i = start;
+      if constexpr (FoldsPacks<Op, In, kPack>::value)
+        for (; i + kPack <= start + count; i += kPack)
+          block = op.fold_pack(block, *reinterpret_cast<const In(*)[kPack]>(x + i), first_index + i);
+      for (; i < start + count; ++i) block = op.fold(block, x[i], first_index + i);
       acc = Op::combine(acc, block);
     }
   }

@@ -106,17 +106,6 @@ __device__ __forceinline__ T load_from_other_block(const T* p) {
   return value;
 }
 
-// Whether Op folds a whole pack at once (fold_pack), paying its per-step
-// cost (a division, a rescale) once per pack instead of once per element.
-// Such ops ignore indices: a pack's elements need not be adjacent.
-template <typename Op, typename In, int N, typename = void>
-struct FoldsPacks : std::false_type {};
-template <typename Op, typename In, int N>
-struct FoldsPacks<Op, In, N,
-                  std::void_t<decltype(std::declval<const Op&>().fold_pack(
-                      std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
-    : std::true_type {};
-
 // Folds the elements of v, whose first has index `index`.
 template <typename Op, typename In, int N, typename Acc = typename Op::acc_t>
 __device__ __forceinline__ Acc fold_vec(const Op& op, Acc acc, const VecN<In, N>& v, int64_t index) {

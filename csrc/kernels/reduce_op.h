@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "dtype.h"
 
@@ -43,8 +44,20 @@ FR_HOST_DEVICE A widen_to(In x) {
 //   fold(acc, element, index): one input element joins an accumulator;
 //   store(sink, i, acc): the finished accumulator of output element i;
 //   make(params, len): the op for a reduction over len elements.
+//   optionally fold_pack(acc, const In (&pack)[N], index): N elements at
+//   once, paying a per-step cost (a division, a rescale) once per pack;
+//   such ops ignore indices, so a pack's elements need not be adjacent.
 // Most ops fold an element by combining it as an accumulator and store one
 // value; ElementwiseOp gives them that.
+// Whether Op has fold_pack for packs of N elements of In.
+template <typename Op, typename In, int N, typename = void>
+struct FoldsPacks : std::false_type {};
+template <typename Op, typename In, int N>
+struct FoldsPacks<Op, In, N,
+                  std::void_t<decltype(std::declval<const Op&>().fold_pack(
+                      std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
+    : std::true_type {};
+
 template <typename Op, typename Acc>
 struct ElementwiseOp {
   using acc_t = Acc;
