@@ -1,9 +1,14 @@
+import os
+
 import pytest
 import torch
 
-import fastreduce_torch  # noqa: F401  (registers the operators)
+import fastreduce_torch  # registers the operators
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# The AVX-512 copies of the CPU kernels (x86-64 builds; csrc/torch/cpu_capability.cpp).
+AVX512_CPU_KERNELS = os.path.join(os.path.dirname(fastreduce_torch.__file__), "libfastreduce_cpu_avx512.so")
 
 # Every device-parametrized test runs on the CPU everywhere and on CUDA where
 # a GPU is present; the CUDA copies carry the `cuda` mark.

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from conftest import AVX512_CPU_KERNELS
 
 import fastreduce_torch
 from fastreduce_torch import _build_info
@@ -28,10 +29,7 @@ def test_operators_come_from_the_python_free_library():
         assert "libtorch_python" not in needed and "libpython" not in needed
 
 
-AVX512_KERNELS = os.path.join(os.path.dirname(fastreduce_torch.__file__), "libfastreduce_cpu_avx512.so")
-
-
-@pytest.mark.skipif(not os.path.exists(AVX512_KERNELS), reason="no AVX-512 CPU kernels in this build")
+@pytest.mark.skipif(not os.path.exists(AVX512_CPU_KERNELS), reason="no AVX-512 CPU kernels in this build")
 @pytest.mark.parametrize("named", [None, "avx2", "avx512"])
 def test_avx512_cpu_kernels_load_where_torch_runs_its_own(named):
     # ATEN_CPU_CAPABILITY names torch's capability (only lowers it): ours follow.
@@ -40,7 +38,7 @@ def test_avx512_cpu_kernels_load_where_torch_runs_its_own(named):
     if named:
         env["ATEN_CPU_CAPABILITY"] = named
     code = ("import torch, fastreduce_torch; maps = open('/proc/self/maps').read(); "
-            f"print(torch.backends.cpu.get_cpu_capability(), {AVX512_KERNELS!r} in maps)")
+            f"print(torch.backends.cpu.get_cpu_capability(), {AVX512_CPU_KERNELS!r} in maps)")
     capability, loaded = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                         check=True).stdout.split()
     assert loaded == str(capability == "AVX512")

@@ -11,12 +11,10 @@ they appear in."""
 import os
 import shlex
 
+import fuzz
 import pytest
 import torch
-
-import fastreduce_torch
-import fuzz
-from conftest import DEVICES, requires_cuda
+from conftest import AVX512_CPU_KERNELS, DEVICES, requires_cuda
 from fuzz_runner import run_cases, run_cases_in_parallel
 
 CASES = int(os.environ.get("FASTREDUCE_FUZZ_CASES", "40"))
@@ -26,8 +24,7 @@ WRAP = shlex.split(os.environ.get("FASTREDUCE_FUZZ_WRAP", ""))
 
 # Where the AVX-512 CPU kernels load (csrc/torch/cpu_capability.cpp), the
 # base ones run only when ATEN_CPU_CAPABILITY lowers torch's capability.
-BASE_CPU_KERNELS_IDLE = torch.backends.cpu.get_cpu_capability() == "AVX512" and os.path.exists(
-    os.path.join(os.path.dirname(fastreduce_torch.__file__), "libfastreduce_cpu_avx512.so"))
+BASE_CPU_KERNELS_IDLE = torch.backends.cpu.get_cpu_capability() == "AVX512" and os.path.exists(AVX512_CPU_KERNELS)
 
 
 @pytest.fixture(scope="module")
