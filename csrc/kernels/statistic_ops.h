@@ -103,16 +103,26 @@ struct LogSumExpOp : ElementwiseOp<LogSumExpOp<A>, MaxAndSum<A>> {
     if (value > acc.max) return {value, scaled(acc.sum, acc.max, value) + A(1)};
     return {acc.max, acc.sum + scaled(A(1), value, acc.max)};
   }
-  // A pack: its maximum, then one exp per element against it (1 where an
-  // element equals it, so infinities stay exact), merged with one rescale.
+  // A pack: its maximum, then one exp per element against it, merged with
+  // one rescale. fmax skips NaN, so a finite maximum means the pack holds no
+  // infinity, and a NaN element still poisons the sum through its exp: there
+  // the plain exp suffices (rows are issue-bound on these instructions). A pack
+  // holding an infinity (or only NaN) takes the exact form: 1 where an
+  // element equals the NaN-propagating maximum, so infinities stay exact.
   template <typename In, int N>
   FR_HOST_DEVICE acc_t fold_pack(acc_t acc, const In (&pack)[N], int64_t) const {
     A raw[N];
     for (int k = 0; k < N; ++k) raw[k] = widen_to<A>(pack[k]);
     A top = raw[0];
-    for (int k = 1; k < N; ++k) top = MaxOp<A>::combine(top, raw[k]);
+    for (int k = 1; k < N; ++k) top = std::fmax(top, raw[k]);
     A sum = A(0);
-    for (int k = 0; k < N; ++k) sum += scaled(A(1), raw[k], top);
+    if (std::isfinite(top)) {
+      for (int k = 0; k < N; ++k) sum += exp_nonpositive(raw[k] - top);
+    } else {
+      top = raw[0];
+      for (int k = 1; k < N; ++k) top = MaxOp<A>::combine(top, raw[k]);
+      for (int k = 0; k < N; ++k) sum += scaled(A(1), raw[k], top);
+    }
     return combine(acc, {top, sum});
   }
   FR_HOST_DEVICE A finalize(acc_t acc) const { return acc.max + std::log(acc.sum); }
