@@ -32,6 +32,43 @@ void for_each_vector(int64_t n, F&& f) {
   if (i < n) f(i, n - i);
 }
 
+// f(i, count, v) for each accumulator vector v of x[0, n) (count < size only
+// at the tail, lanes past it zero): half types widened in registers, two
+// vectors from one load.
+template <typename T, typename F>
+void for_each_widened(const T* x, int64_t n, F&& f) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  if constexpr (std::is_same_v<T, A>) {
+    for_each_vector<A>(n, [&](int64_t i, int64_t count) { f(i, count, V::loadu(x + i, count)); });
+  } else {
+    constexpr int64_t kStep = 2 * V::size();
+    for (int64_t i = 0; i < n; i += kStep) {
+      const int64_t count = std::min(kStep, n - i);
+      const auto [low, high] = at::vec::convert_to_float<T>(Vec<T>::loadu(x + i, count));
+      f(i, std::min<int64_t>(count, V::size()), low);
+      if (count > V::size()) f(i + V::size(), count - V::size(), high);
+    }
+  }
+}
+
+// out[i] = map(values[i]) for i < n, as T: half types narrowed in registers.
+template <typename T, typename A, typename Map>
+void store_narrowed(const A* values, int64_t n, T* out, Map&& map) {
+  using V = Vec<A>;
+  if constexpr (std::is_same_v<T, A>) {
+    for_each_vector<A>(n, [&](int64_t i, int64_t count) { map(V::loadu(values + i, count)).store(out + i, count); });
+  } else {
+    constexpr int64_t kStep = 2 * V::size();
+    for (int64_t i = 0; i < n; i += kStep) {
+      const int64_t count = std::min(kStep, n - i);
+      const V low = map(V::loadu(values + i, std::min<int64_t>(count, V::size())));
+      const V high = count > V::size() ? map(V::loadu(values + i + V::size(), count - V::size())) : V(0);
+      at::vec::convert_from_float<T>(low, high).store(out + i, count);
+    }
+  }
+}
+
 // The row's accumulator values: the data itself for float and double, a
 // widened copy for half types.
 template <typename T, typename A = at::opmath_type<T>>
@@ -231,18 +268,19 @@ void softmax_forward_rows(const SoftmaxShape& shape, const SoftmaxForwardBuffers
     RowBuffers<T> buffers;
     for (int64_t r = begin; r < end; ++r) {
       const int64_t valid = shape.causal ? r % shape.causal + 1 : n;
-      const A* row = cpu::widen(xs + r * n, valid, buffers.in);
       A* out = output_row(ys + r * n, buffers.out, n);
       // scale * x goes into the output row, rounded there (a product fused
       // into the subtraction below would leave its rounding error, huge for
       // huge scores, in the largest entry's exponent); then the exponentials,
-      // then their scaling by 1/sum.
+      // then their scaling by 1/sum. Half types widen on the way in and
+      // narrow on the way out: three passes over the row.
       V top(-std::numeric_limits<A>::infinity());
-      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
-        const V v = V::loadu(row + i, count) * V(scale);
+      auto scale_into_out = [&](int64_t i, int64_t count, V v) {
+        v = v * V(scale);
         v.store(out + i, count);
         top = at::vec::maximum(top, count == V::size() ? v : V::set(top, v, count));
-      });
+      };
+      for_each_widened(xs + r * n, valid, scale_into_out);
       const A largest = at::vec::vec_reduce_all([](V a, V b) { return at::vec::maximum(a, b); }, top);
       if (!std::isfinite(largest) && valid > 0) {  // a NaN or +inf (or every entry -inf): NaN, as torch
         std::fill(out, out + valid, std::numeric_limits<A>::quiet_NaN());
@@ -258,11 +296,8 @@ void softmax_forward_rows(const SoftmaxShape& shape, const SoftmaxForwardBuffers
         e.store(out + i, count);
       });
       const V inv_sum(A(1) / at::vec::vec_reduce_all([](V a, V b) { return a + b; }, total));
-      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
-        (V::loadu(out + i, count) * inv_sum).store(out + i, count);
-      });
-      std::fill(out + valid, out + n, A(0));
-      cpu::narrow(out, ys + r * n, n);
+      store_narrowed(out, valid, ys + r * n, [&](V v) { return v * inv_sum; });
+      std::fill(ys + r * n + valid, ys + r * n + n, T(0));
     }
   });
 }
