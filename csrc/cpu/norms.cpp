@@ -52,18 +52,22 @@ void for_each_widened(const T* x, int64_t n, F&& f) {
   }
 }
 
-// out[i] = map(values[i]) for i < n, as T: half types narrowed in registers.
+// out[i, i + count) = map(i, count, values[i, i + count)) for the vectors of
+// n values, as T: half types narrowed in registers.
 template <typename T, typename A, typename Map>
 void store_narrowed(const A* values, int64_t n, T* out, Map&& map) {
   using V = Vec<A>;
   if constexpr (std::is_same_v<T, A>) {
-    for_each_vector<A>(n, [&](int64_t i, int64_t count) { map(V::loadu(values + i, count)).store(out + i, count); });
+    for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+      map(i, count, V::loadu(values + i, count)).store(out + i, count);
+    });
   } else {
     constexpr int64_t kStep = 2 * V::size();
     for (int64_t i = 0; i < n; i += kStep) {
       const int64_t count = std::min(kStep, n - i);
-      const V low = map(V::loadu(values + i, std::min<int64_t>(count, V::size())));
-      const V high = count > V::size() ? map(V::loadu(values + i + V::size(), count - V::size())) : V(0);
+      const int64_t low_count = std::min<int64_t>(count, V::size()), high_count = count - low_count;
+      const V low = map(i, low_count, V::loadu(values + i, low_count));
+      const V high = high_count > 0 ? map(i + V::size(), high_count, V::loadu(values + i + V::size(), high_count)) : V(0);
       at::vec::convert_from_float<T>(low, high).store(out + i, count);
     }
   }
@@ -163,14 +167,12 @@ void norm_forward_rows(const NormShape& shape, const NormForwardBuffers<T, at::o
         }
       }
       const A inv = A(1) / std::sqrt(variance + eps);
-      A* out = output_row(ys + r * n, buffers.out, n);
-      for_each_vector<A>(n, [&](int64_t i, int64_t count) {
-        V v = (V::loadu(row + i, count) - V(mu)) * V(inv);
+      store_narrowed(row, n, ys + r * n, [&](int64_t i, int64_t count, V v) {
+        v = (v - V(mu)) * V(inv);
         if (w) v = v * V::loadu(w + i, count);
         if (b) v = v + V::loadu(b + i, count);
-        v.store(out + i, count);
+        return v;
       });
-      cpu::narrow(out, ys + r * n, n);
       if (means) means[r] = mu;
       rstds[r] = inv;
     }
@@ -296,7 +298,7 @@ void softmax_forward_rows(const SoftmaxShape& shape, const SoftmaxForwardBuffers
         e.store(out + i, count);
       });
       const V inv_sum(A(1) / at::vec::vec_reduce_all([](V a, V b) { return a + b; }, total));
-      store_narrowed(out, valid, ys + r * n, [&](V v) { return v * inv_sum; });
+      store_narrowed(out, valid, ys + r * n, [&](int64_t, int64_t, V v) { return v * inv_sum; });
       std::fill(ys + r * n + valid, ys + r * n + n, T(0));
     }
   });
