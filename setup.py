@@ -4,7 +4,8 @@ library libfastreduce_ops through CMake, then the Python module _C.
 CUDA sources are compiled whenever nvcc is found (no GPU needed);
 FASTREDUCE_CUDA=0 forces a CPU-only build. TORCH_CUDA_ARCH_LIST picks the
 architectures (default 8.0;9.0); FASTREDUCE_CPU_AVX2=0 builds the CPU kernels
-without AVX2; MAX_JOBS bounds the parallel compiles.
+without AVX2 (and without their AVX-512 copies, libfastreduce_cpu_avx512); MAX_JOBS
+bounds the parallel compiles.
 """
 
 import os
