@@ -28,7 +28,7 @@ BASE_CPU_KERNELS_IDLE = torch.backends.cpu.get_cpu_capability() == "AVX512" and 
 
 
 @pytest.fixture(scope="module")
-def outcomes(request):
+def outcomes():
     cache = {}
 
     def of(device, capability=None):

@@ -194,6 +194,32 @@ def test_norm_dtype_overflow_and_errors(device):
         fr.norm(torch.ones(3, dtype=torch.int64, device=device))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape,dim", [((2**16 + 3,), None), ((33, 1025), 1), ((1025, 33), 0), ((4100, 8), 0)], ids=str)
+def test_two_norm_of_half_types_at_every_scale(device, dtype, shape, dim):
+    # Runs of 29 elements at scales 2^-130 ... 2^120 (as far as the dtype
+    # reaches), so that the packs of the GPU kernels (8-32 elements) meet
+    # squares that overflow or underflow float, the bounds of their float
+    # sums (2^60, 2^-40) exactly, zeros, infinities and NaN.
+    x = random_tensor(shape, torch.float64, device)
+    info = torch.finfo(dtype)
+    run = torch.arange(x.numel(), device=device).view(shape) // 29
+    exponent = (run % 27 - 13) * 10.0
+    x = (x * torch.exp2(exponent)).clamp(-info.max, info.max)
+    x = torch.where(run % 31 == 5, torch.exp2(torch.tensor(60.0, device=device)), x)
+    x = torch.where(run % 37 == 6, torch.exp2(torch.tensor(-40.0, device=device)), x)
+    x = torch.where(run % 41 == 7, 0.0, x).to(dtype)
+    flat = x.view(-1)
+    flat[100] = math.inf
+    flat[-50] = math.nan
+    # Inputs near the dtype's smallest normal (squares far below float's
+    # range for bfloat16) and zeros.
+    tiny = (random_tensor(shape, torch.float64, device) * info.tiny * 4).to(dtype)
+    for view in [*layouts(x), tiny, torch.zeros_like(x)]:
+        close(fr.norm(view, 2, dim), torch.linalg.vector_norm(view.double(), 2, dim), dtype)
+
+
 @pytest.mark.parametrize("ord", [math.inf, -math.inf, -1.0])
 def test_norm_fake_of_empty_inputs(ord):
     # inf and negative orders of an empty input: over a non-empty dim the

@@ -54,17 +54,29 @@ constexpr bool kTwoNorm = false;
 template <typename A>
 constexpr bool kTwoNorm<NormOp<A, NormOrder::Two>> = true;
 
+// Whether n float16/bfloat16 values are all zero (either sign): their bits
+// or-ed, the sign masked (a loop the compiler vectorizes).
+template <typename In>
+bool all_zero(const In* x, int64_t n) {
+  uint16_t bits = 0;
+  for (int64_t i = 0; i < n; ++i) bits |= x[i].x;
+  return (bits & 0x7fff) == 0;
+}
+
 // A block of a norm. The 2-norm of float and half types sums squares in
 // float vectors straight from the input; a half type's keeps a double
-// accumulator (a bfloat16 of 1e20 squared overflows float), so its block is
-// summed again in double where float overflowed. The other orders and
+// accumulator (a bfloat16 of 1e20 squared overflows float, one of 1e-25
+// underflows), so its block is summed again in double where float
+// overflowed or the sum is below 2^-60 (where squares under float's normal
+// range could weigh) and the block is not all zero. The other orders and
 // double fold on lanes, half types widened to float first.
 template <typename Op, typename In>
 typename Op::acc_t fold_norm_block(const Op& op, const In* x, int64_t n) {
   if constexpr (kTwoNorm<Op> && !std::is_same_v<In, double>) {
     const float squares = cpu::fold_vectors<SumOp<float>>(x, n, [](const auto& v) { return v * v; });
     if constexpr (std::is_same_v<typename Op::acc_t, float>) return squares;
-    else if (std::isfinite(squares)) return squares;
+    else if (std::isfinite(squares) && squares >= 0x1p-60f) return squares;
+    else if (squares == 0 && all_zero(x, n)) return 0;
   }
   thread_local std::vector<at::opmath_type<In>> buffer;
   return fold_lanes(op, cpu::widen(x, n, buffer), n);
