@@ -199,9 +199,8 @@ def test_norm_dtype_overflow_and_errors(device):
 @pytest.mark.parametrize("shape,dim", [((2**16 + 3,), None), ((33, 1025), 1), ((1025, 33), 0), ((4100, 8), 0)], ids=str)
 def test_two_norm_of_half_types_at_every_scale(device, dtype, shape, dim):
     # Runs of 29 elements at scales 2^-130 ... 2^120 (as far as the dtype
-    # reaches), so that the packs of the GPU kernels (8-32 elements) meet
-    # squares that overflow or underflow float, the bounds of their float
-    # sums (2^60, 2^-40) exactly, zeros, infinities and NaN.
+    # reaches): squares that overflow or underflow float beside ones that do
+    # not, 2^60 and 2^-40 exactly, zeros, an infinity and a NaN.
     x = random_tensor(shape, torch.float64, device)
     info = torch.finfo(dtype)
     run = torch.arange(x.numel(), device=device).view(shape) // 29
