@@ -22,57 +22,6 @@ Vec<A> vec_exp(const Vec<A>& v) {
   else return v.exp();
 }
 
-// f(i, count) over whole vectors, then once for the tail with count < size:
-// loadu/store with a count, lanes past it zero, so f is written once.
-template <typename A, typename F>
-void for_each_vector(int64_t n, F&& f) {
-  using V = Vec<A>;
-  int64_t i = 0;
-  for (; i + V::size() <= n; i += V::size()) f(i, V::size());
-  if (i < n) f(i, n - i);
-}
-
-// f(i, count, v) for each accumulator vector v of x[0, n) (count < size only
-// at the tail, lanes past it zero): half types widened in registers, two
-// vectors from one load.
-template <typename T, typename F>
-void for_each_widened(const T* x, int64_t n, F&& f) {
-  using A = at::opmath_type<T>;
-  using V = Vec<A>;
-  if constexpr (std::is_same_v<T, A>) {
-    for_each_vector<A>(n, [&](int64_t i, int64_t count) { f(i, count, V::loadu(x + i, count)); });
-  } else {
-    constexpr int64_t kStep = 2 * V::size();
-    for (int64_t i = 0; i < n; i += kStep) {
-      const int64_t count = std::min(kStep, n - i);
-      const auto [low, high] = at::vec::convert_to_float<T>(Vec<T>::loadu(x + i, count));
-      f(i, std::min<int64_t>(count, V::size()), low);
-      if (count > V::size()) f(i + V::size(), count - V::size(), high);
-    }
-  }
-}
-
-// out[i, i + count) = map(i, count, values[i, i + count)) for the vectors of
-// n values, as T: half types narrowed in registers.
-template <typename T, typename A, typename Map>
-void store_narrowed(const A* values, int64_t n, T* out, Map&& map) {
-  using V = Vec<A>;
-  if constexpr (std::is_same_v<T, A>) {
-    for_each_vector<A>(n, [&](int64_t i, int64_t count) {
-      map(i, count, V::loadu(values + i, count)).store(out + i, count);
-    });
-  } else {
-    constexpr int64_t kStep = 2 * V::size();
-    for (int64_t i = 0; i < n; i += kStep) {
-      const int64_t count = std::min(kStep, n - i);
-      const int64_t low_count = std::min<int64_t>(count, V::size()), high_count = count - low_count;
-      const V low = map(i, low_count, V::loadu(values + i, low_count));
-      const V high = high_count > 0 ? map(i + V::size(), high_count, V::loadu(values + i + V::size(), high_count)) : V(0);
-      at::vec::convert_from_float<T>(low, high).store(out + i, count);
-    }
-  }
-}
-
 // The row's accumulator values: the data itself for float and double, a
 // widened copy for half types.
 template <typename T, typename A = at::opmath_type<T>>
@@ -99,7 +48,7 @@ template <typename T, typename A = at::opmath_type<T>>
 const A* add_rounded(const T* x, const T* residual, T* h, int64_t n, std::vector<A>& wide) {
   using V = Vec<A>;
   if constexpr (std::is_same_v<T, A>) {
-    for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+    cpu::for_each_vector<A>(n, [&](int64_t i, int64_t count) {
       (V::loadu(x + i, count) + V::loadu(residual + i, count)).store(h + i, count);
     });
     return h;
@@ -167,7 +116,7 @@ void norm_forward_rows(const NormShape& shape, const NormForwardBuffers<T, at::o
         }
       }
       const A inv = A(1) / std::sqrt(variance + eps);
-      store_narrowed(row, n, ys + r * n, [&](int64_t i, int64_t count, V v) {
+      cpu::store_narrowed(row, n, ys + r * n, [&](int64_t i, int64_t count, V v) {
         v = (v - V(mu)) * V(inv);
         if (w) v = v * V::loadu(w + i, count);
         if (b) v = v + V::loadu(b + i, count);
@@ -218,7 +167,7 @@ void norm_backward_rows(const NormShape& shape, const NormBackwardBuffers<T, at:
         // g = dy * w, and the two row sums the dx formula needs.
         A* g = g_buffer.data();
         V sum_g(0), sum_gx(0);
-        for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+        cpu::for_each_vector<A>(n, [&](int64_t i, int64_t count) {
           const V dyv = V::loadu(grow + i, count);
           const V xhat = (V::loadu(xrow + i, count) - m) * s;
           const V gv = w ? dyv * V::loadu(w + i, count) : dyv;
@@ -233,7 +182,7 @@ void norm_backward_rows(const NormShape& shape, const NormBackwardBuffers<T, at:
         const V mean_gx(at::vec::vec_reduce_all([](V a, V b) { return a + b; }, sum_gx) / n);
         const A* carried_row = carried ? cpu::widen(carried + r * n, n, carried_buffer) : nullptr;
         A* out = output_row(dxs + r * n, buffers.out, n);
-        for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+        cpu::for_each_vector<A>(n, [&](int64_t i, int64_t count) {
           const V xhat = (V::loadu(xrow + i, count) - m) * s;
           V v = s * (V::loadu(g + i, count) - mean_g - xhat * mean_gx);
           if (carried_row) v = v + V::loadu(carried_row + i, count);
@@ -282,7 +231,7 @@ void softmax_forward_rows(const SoftmaxShape& shape, const SoftmaxForwardBuffers
         v.store(out + i, count);
         top = at::vec::maximum(top, count == V::size() ? v : V::set(top, v, count));
       };
-      for_each_widened(xs + r * n, valid, scale_into_out);
+      cpu::for_each_widened(xs + r * n, valid, scale_into_out);
       const A largest = at::vec::vec_reduce_all([](V a, V b) { return at::vec::maximum(a, b); }, top);
       if (!std::isfinite(largest) && valid > 0) {  // a NaN or +inf (or every entry -inf): NaN, as torch
         std::fill(out, out + valid, std::numeric_limits<A>::quiet_NaN());
@@ -292,13 +241,13 @@ void softmax_forward_rows(const SoftmaxShape& shape, const SoftmaxForwardBuffers
       }
       const V row_max(largest);
       V total(0);
-      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+      cpu::for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
         const V e = vec_exp(V::loadu(out + i, count) - row_max);
         total = total + (count == V::size() ? e : V::set(V(0), e, count));
         e.store(out + i, count);
       });
       const V inv_sum(A(1) / at::vec::vec_reduce_all([](V a, V b) { return a + b; }, total));
-      store_narrowed(out, valid, ys + r * n, [&](int64_t, int64_t, V v) { return v * inv_sum; });
+      cpu::store_narrowed(out, valid, ys + r * n, [&](int64_t, int64_t, V v) { return v * inv_sum; });
       std::fill(ys + r * n + valid, ys + r * n + n, T(0));
     }
   });
@@ -352,12 +301,12 @@ void softmax_backward_rows(const SoftmaxShape& shape, const SoftmaxBackwardBuffe
       const A* yrow = cpu::widen(ys + r * n, valid, buffers.in);
       const A* grow = cpu::widen(gs + r * n, valid, buffers.grad);
       V dot(0);
-      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+      cpu::for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
         dot = dot + V::loadu(yrow + i, count) * V::loadu(grow + i, count);
       });
       const V row_dot(at::vec::vec_reduce_all([](V a, V b) { return a + b; }, dot));
       A* out = output_row(dxs + r * n, buffers.out, n);
-      for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
+      cpu::for_each_vector<A>(valid, [&](int64_t i, int64_t count) {
         (scale * V::loadu(yrow + i, count) * (V::loadu(grow + i, count) - row_dot)).store(out + i, count);
       });
       std::fill(out + valid, out + n, A(0));

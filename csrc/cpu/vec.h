@@ -118,7 +118,8 @@ A sum(const A* x, int64_t n, Map map = {}) {
   return static_cast<A>(total);
 }
 
-// n values of a half type converted to float (or back), 16 at a time.
+// n values of a half type converted to float, 16 at a time (or of any
+// type to any other, one at a time).
 template <typename From, typename To>
 void convert(const From* in, To* out, int64_t n) {
   constexpr int64_t step = Vec<float>::size() * 2;
@@ -129,12 +130,38 @@ void convert(const From* in, To* out, int64_t n) {
       low.store(out + i);
       high.store(out + i + Vec<float>::size());
     }
-  } else if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, float>) {
-    for (; i + step <= n; i += step)
-      at::vec::convert_from_float<To>(Vec<float>::loadu(in + i), Vec<float>::loadu(in + i + Vec<float>::size()))
-          .store(out + i);
   }
   at::vec::convert(in + i, out + i, n - i);
+}
+
+// f(i, count) over whole vectors, then once for the tail with count < size:
+// loadu/store with a count, lanes past it zero, so f is written once.
+template <typename A, typename F>
+void for_each_vector(int64_t n, F&& f) {
+  using V = Vec<A>;
+  int64_t i = 0;
+  for (; i + V::size() <= n; i += V::size()) f(i, V::size());
+  if (i < n) f(i, n - i);
+}
+
+// f(i, count, v) for each accumulator vector v of x[0, n) (count < size only
+// at the tail, lanes past it zero): half types widened in registers, two
+// vectors from one load.
+template <typename T, typename F>
+void for_each_widened(const T* x, int64_t n, F&& f) {
+  using A = at::opmath_type<T>;
+  using V = Vec<A>;
+  if constexpr (std::is_same_v<T, A>) {
+    for_each_vector<A>(n, [&](int64_t i, int64_t count) { f(i, count, V::loadu(x + i, count)); });
+  } else {
+    constexpr int64_t kStep = 2 * V::size();
+    for (int64_t i = 0; i < n; i += kStep) {
+      const int64_t count = std::min(kStep, n - i);
+      const auto [low, high] = at::vec::convert_to_float<T>(Vec<T>::loadu(x + i, count));
+      f(i, std::min<int64_t>(count, V::size()), low);
+      if (count > V::size()) f(i + V::size(), count - V::size(), high);
+    }
+  }
 }
 
 // Rows of n elements per parallel task: about 4K elements, so a (64, 256)
@@ -155,13 +182,34 @@ const A* widen(const T* data, int64_t n, std::vector<A>& buffer) {
   }
 }
 
+// out[i, i + count) = map(i, count, values[i, i + count)) for the vectors of
+// n values, as T: half types narrowed in registers.
+template <typename T, typename A, typename Map>
+void store_narrowed(const A* values, int64_t n, T* out, Map&& map) {
+  using V = Vec<A>;
+  if constexpr (std::is_same_v<T, A>) {
+    for_each_vector<A>(n, [&](int64_t i, int64_t count) {
+      map(i, count, V::loadu(values + i, count)).store(out + i, count);
+    });
+  } else {
+    constexpr int64_t kStep = 2 * V::size();
+    for (int64_t i = 0; i < n; i += kStep) {
+      const int64_t count = std::min(kStep, n - i);
+      const int64_t low_count = std::min<int64_t>(count, V::size()), high_count = count - low_count;
+      const V low = map(i, low_count, V::loadu(values + i, low_count));
+      const V high = high_count > 0 ? map(i + V::size(), high_count, V::loadu(values + i + V::size(), high_count)) : V(0);
+      at::vec::convert_from_float<T>(low, high).store(out + i, count);
+    }
+  }
+}
+
 // Writes n accumulator values as T.
 template <typename T, typename A>
 void narrow(const A* values, T* out, int64_t n) {
   if constexpr (std::is_same_v<T, A>) {
     if (values != out) std::copy(values, values + n, out);
   } else {
-    convert(values, out, n);
+    store_narrowed(values, n, out, [](int64_t, int64_t, const Vec<A>& v) { return v; });
   }
 }
 
