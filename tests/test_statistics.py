@@ -75,6 +75,21 @@ def test_moments(device, dtype, shape, dim):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("length", [1025, 4099, 16387, 40000])
+def test_moments_of_many_long_rows(device, dtype, length):
+    # Rows enough to fill any GPU unsplit (a whole block a row, 64-512
+    # threads by length), far from zero.
+    x = (random_tensor((1100, length), torch.float64, device) * 3 + 100).to(dtype)
+    reference = x.double()
+    for correction in [0, 1]:
+        var, mean = fr.var_mean(x, 1, correction=correction)
+        close(var, torch.var(reference, 1, correction=correction), dtype)
+        close(mean, reference.mean(1), dtype)
+        close(fr.std(x, 1, correction=correction), torch.std(reference, 1, correction=correction), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_moments_edge_cases(device):
     empty = torch.empty(0, 3, device=device)
     assert fr.var(empty).isnan().all() and fr.var(empty, 0).shape == (3,) and fr.var(empty, 0).isnan().all()

@@ -15,6 +15,7 @@
 
 #include "block_reduce.cuh"
 #include "dependent_launch.cuh"
+#include "statistic_ops.h"
 
 namespace fastreduce {
 
@@ -86,7 +87,8 @@ __global__ void __launch_bounds__(kAllThreads, kAllMinBlocks<Op>)
 // lanes (short rows; a power of two up to 32) or, with kTeam == 0, by the
 // whole block.
 template <typename Op, typename In, typename Sink, int kTeam>
-__global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len, Sink out, Op op) {
+__device__ __forceinline__ void reduce_rows(const In* __restrict__ x, int64_t rows, int64_t row_len, Sink out,
+                                            const Op& op) {
   using Acc = typename Op::acc_t;
   constexpr bool kWholeBlock = kTeam == 0;
   __shared__ Acc scratch[kWarpSize];
@@ -100,6 +102,26 @@ __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64
   if constexpr (kWholeBlock) acc = block_allreduce<Op>(acc, scratch);
   else acc = warp_allreduce<Op, kTeam>(acc);
   if (valid && rank == 0) op.store(out, row, acc);
+}
+
+template <typename Op, typename In, typename Sink, int kTeam>
+__global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len, Sink out, Op op) {
+  reduce_rows<Op, In, Sink, kTeam>(x, rows, row_len, out, op);
+}
+
+// Whether rows of Op over In in blocks of 512 take reduce_moment_rows_kernel.
+template <typename Op, typename In>
+constexpr bool kMomentRows = std::is_same_v<typename Op::acc_t, Moments<float>> && std::is_same_v<In, float>;
+
+// Rows of float Welford moments in blocks of 512 threads, compiled for three
+// blocks an SM (40 registers): left free they took 48, two blocks (float32
+// var_mean (4096, 16384) dim 1: 81.4 -> 74.6 µs on the H200; rows of
+// 2048-8192, in smaller blocks, gained nothing). Other ops keep
+// reduce_rows_kernel: bounds change ptxas's choices there.
+template <typename Op, typename In, typename Sink>
+__global__ void __launch_bounds__(512, 3)
+    reduce_moment_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len, Sink out, Op op) {
+  reduce_rows<Op, In, Sink, 0>(x, rows, row_len, out, op);
 }
 
 constexpr int kColumnTile = 32;  // threads across the columns of a tile at most: one warp
