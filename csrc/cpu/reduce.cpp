@@ -152,6 +152,32 @@ void logsumexp_rows_into(const In* x, int64_t rows, int64_t inner, int64_t width
 }
 
 template <typename Op>
+constexpr bool kMoments = false;
+template <typename A>
+constexpr bool kMoments<VarOp<A>> = true;
+
+// The Welford moments of a contiguous block as VarOp::fold_pack takes a
+// pack, in two vector passes over it (in L1): the sum of x - shift, then of
+// the squared deviations from the block's mean; the caller merges the block
+// once. shift: the running moments' own, or the block's first value.
+template <typename A, typename In>
+Moments<A> moments_block(const In* x, int64_t n, const Moments<A>& acc) {
+  thread_local std::vector<A> buffer;
+  const A* values = cpu::widen(x, n, buffer);
+  const A shift = acc.count == A(0) ? values[0] : acc.shift;
+  const A sum = cpu::fold_vectors<SumOp<A>>(values, n, [shift](const auto& v) {
+    return v - std::decay_t<decltype(v)>(shift);
+  });
+  const A mean = sum / A(n);
+  const A m2 = cpu::fold_vectors<SumOp<A>>(values, n, [shift, mean](const auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    const V deviation = v - V(shift) - V(mean);
+    return deviation * deviation;
+  });
+  return {A(n), shift, mean, m2};
+}
+
+template <typename Op>
 constexpr bool kVectorized = false;
 template <typename A>
 constexpr bool kVectorized<SumOp<A>> = true;
@@ -184,6 +210,8 @@ typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t
       acc = Op::combine(acc, fold_norm_block(op, x + start, count));
     } else if constexpr (kLogSumExp<Op>) {
       acc = Op::combine(acc, logsumexp_block<decltype(Acc::max)>(x + start, count));
+    } else if constexpr (kMoments<Op>) {
+      acc = Op::combine(acc, moments_block(x + start, count, acc));
     } else {
       Acc block = Op::identity();
       int64_t i = start;
