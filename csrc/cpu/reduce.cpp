@@ -193,9 +193,10 @@ constexpr bool kVectorized<MinOp<A>> = true;
 // Folds x[0, n), whose first element has index first_index, block by block
 // (error grows with the block count, not n). Ops with a vector form fold
 // floating types straight from the input (half types widened in registers)
-// and integers on lanes; norms on lanes, logsumexp in vectors. The rest
-// fold a pack (fold_pack) or an element at a time within a block (a float32
-// Welford run over a million elements drifts by 5e-4; in blocks, 1e-6).
+// and integers on lanes; norms on lanes, logsumexp and var's moments in
+// vectors. The rest fold a pack (fold_pack) or an element at a time within a
+// block (a float32 Welford run over a million elements drifts by 5e-4; in
+// blocks, 1e-6).
 template <typename Op, typename In>
 typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t first_index) {
   using Acc = typename Op::acc_t;

@@ -1,7 +1,8 @@
 // CPU vector helpers shared by the CPU reductions and normalisations: the
 // accumulator type of an input type, element-wise ops on at::vec::Vectorized
-// that mirror the scalar reduction ops, and a scratch buffer that widens
-// float16/bfloat16 data to float so the math runs on float vectors.
+// that mirror the scalar reduction ops, a scratch buffer that widens
+// float16/bfloat16 data to float so the math runs on float vectors, and the
+// loops that widen and narrow them in registers instead.
 #pragma once
 
 #include <ATen/OpMathType.h>

@@ -109,9 +109,11 @@ __global__ void reduce_rows_kernel(const In* __restrict__ x, int64_t rows, int64
   reduce_rows<Op, In, Sink, kTeam>(x, rows, row_len, out, op);
 }
 
-// Whether rows of Op over In in blocks of 512 take reduce_moment_rows_kernel.
+// Whether rows of Op over In in blocks of kMomentRowThreads take
+// reduce_moment_rows_kernel.
 template <typename Op, typename In>
 constexpr bool kMomentRows = std::is_same_v<typename Op::acc_t, Moments<float>> && std::is_same_v<In, float>;
+constexpr int kMomentRowThreads = 512;
 
 // Rows of float Welford moments in blocks of 512 threads, compiled for three
 // blocks an SM (40 registers): left free they took 48, two blocks (float32
@@ -119,7 +121,7 @@ constexpr bool kMomentRows = std::is_same_v<typename Op::acc_t, Moments<float>> 
 // 2048-8192, in smaller blocks, gained nothing). Other ops keep
 // reduce_rows_kernel: bounds change ptxas's choices there.
 template <typename Op, typename In, typename Sink>
-__global__ void __launch_bounds__(512, 3)
+__global__ void __launch_bounds__(kMomentRowThreads, 3)
     reduce_moment_rows_kernel(const In* __restrict__ x, int64_t rows, int64_t row_len, Sink out, Op op) {
   reduce_rows<Op, In, Sink, 0>(x, rows, row_len, out, op);
 }

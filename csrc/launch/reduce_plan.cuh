@@ -127,9 +127,9 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, const I
     constexpr int kTeam = decltype(team)::value;
     const int64_t grid = kTeam == 0 ? rows : ceil_div(rows, kRowThreads / kTeam);
     if constexpr (kTeam == 0 && kMomentRows<Op, In>)
-      if (plan.threads == kRowThreads)
-        return launch_kernel(reduce_moment_rows_kernel<Op, In, Sink>, grid, kRowThreads, 0, stream, After::Stream, x,
-                             rows, row_len, out, op);
+      if (plan.threads == kMomentRowThreads)
+        return launch_kernel(reduce_moment_rows_kernel<Op, In, Sink>, grid, kMomentRowThreads, 0, stream,
+                             After::Stream, x, rows, row_len, out, op);
     return launch_kernel(reduce_rows_kernel<Op, In, Sink, kTeam>, grid, kTeam == 0 ? plan.threads : kRowThreads, 0,
                          stream, After::Stream, x, rows, row_len, out, op);
   };
