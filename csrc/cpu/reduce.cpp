@@ -177,6 +177,40 @@ Moments<A> moments_block(const In* x, int64_t n, const Moments<A>& acc) {
   return {A(n), shift, mean, m2};
 }
 
+// Rows [r0, r1) of columns [c0, c0 + width) (row stride `inner`) as one
+// run's Welford moments a column, in two passes over the rows with the
+// columns in vectors: the sums of x - shift (shift: the run's first row),
+// then of the squared deviations from each column's mean.
+template <typename A, typename In>
+void moment_rows_into(const In* x, int64_t r0, int64_t r1, int64_t inner, int64_t width, Moments<A>* partial) {
+  using V = Vec<A>;
+  thread_local std::vector<A> shift, mean, m2, row;
+  const A* first = cpu::widen(x + r0 * inner, width, row);
+  shift.assign(first, first + width);
+  mean.assign(width, A(0));
+  m2.assign(width, A(0));
+  // Adds map(values, shift, mean) of every row to `into`, column by column.
+  auto add_rows = [&](std::vector<A>& into, auto map) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const A* values = cpu::widen(x + r * inner, width, row);
+      int64_t c = 0;
+      for (; c + V::size() <= width; c += V::size()) {
+        const V term = map(V::loadu(values + c), V::loadu(shift.data() + c), V::loadu(mean.data() + c));
+        (V::loadu(into.data() + c) + term).store(into.data() + c);
+      }
+      for (; c < width; ++c) into[c] += map(values[c], shift[c], mean[c]);
+    }
+  };
+  add_rows(mean, [](const auto& v, const auto& s, const auto&) { return v - s; });
+  const A count = A(r1 - r0);
+  for (int64_t c = 0; c < width; ++c) mean[c] /= count;
+  add_rows(m2, [](const auto& v, const auto& s, const auto& mu) {
+    const auto deviation = v - s - mu;
+    return deviation * deviation;
+  });
+  for (int64_t c = 0; c < width; ++c) partial[c] = {count, shift[c], mean[c], m2[c]};
+}
+
 template <typename Op>
 constexpr bool kVectorized = false;
 template <typename A>
@@ -240,6 +274,10 @@ void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t i
     sum.assign(width, A(0));
     logsumexp_rows_into(x + r0 * inner + c0, r1 - r0, inner, width, top.data(), sum.data());
     for (int64_t c = 0; c < width; ++c) partial[c] = {top[c], sum[c]};
+    return;
+  }
+  if constexpr (kMoments<Op>) {
+    moment_rows_into(x + c0, r0, r1, inner, width, partial);
     return;
   }
   std::fill(partial, partial + width, Op::identity());
