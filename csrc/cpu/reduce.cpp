@@ -177,8 +177,8 @@ Moments<A> moments_block(const In* x, int64_t n, const Moments<A>& acc) {
   return {A(n), shift, mean, m2};
 }
 
-// Rows [r0, r1) of columns [c0, c0 + width) (row stride `inner`) as one
-// run's Welford moments a column, in two passes over the rows with the
+// Rows [r0, r1) of the `width` columns starting at x (row stride `inner`) as
+// one run's Welford moments a column, in two passes over the rows with the
 // columns in vectors: the sums of x - shift (shift: the run's first row),
 // then of the squared deviations from each column's mean.
 template <typename A, typename In>
