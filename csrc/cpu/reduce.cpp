@@ -157,21 +157,18 @@ template <typename A>
 constexpr bool kMoments<VarOp<A>> = true;
 
 // The Welford moments of a contiguous block as VarOp::fold_pack takes a
-// pack, in two vector passes over it (in L1): the sum of x - shift, then of
-// the squared deviations from the block's mean; the caller merges the block
-// once. shift: the running moments' own, or the block's first value.
+// pack, in two vector passes over it (in L1, cpu::sum as the CPU norms take
+// theirs): the sum of x - shift, then of the squared deviations from the
+// block's mean; the caller merges the block once. shift: the running
+// moments' own, or the block's first value.
 template <typename A, typename In>
 Moments<A> moments_block(const In* x, int64_t n, const Moments<A>& acc) {
   thread_local std::vector<A> buffer;
   const A* values = cpu::widen(x, n, buffer);
   const A shift = acc.count == A(0) ? values[0] : acc.shift;
-  const A sum = cpu::fold_vectors<SumOp<A>>(values, n, [shift](const auto& v) {
-    return v - std::decay_t<decltype(v)>(shift);
-  });
-  const A mean = sum / A(n);
-  const A m2 = cpu::fold_vectors<SumOp<A>>(values, n, [shift, mean](const auto& v) {
-    using V = std::decay_t<decltype(v)>;
-    const V deviation = v - V(shift) - V(mean);
+  const A mean = cpu::sum(values, n, [shift](auto v) { return v - decltype(v)(shift); }) / A(n);
+  const A m2 = cpu::sum(values, n, [shift, mean](auto v) {
+    const auto deviation = v - decltype(v)(shift) - decltype(v)(mean);
     return deviation * deviation;
   });
   return {A(n), shift, mean, m2};
