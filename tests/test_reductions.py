@@ -119,7 +119,7 @@ PLAN_SHAPES = [(4099, 2), (8191, 4), (20000, 24), (9000, 48), (5000, 96), (65536
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", PLAN_SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int16, torch.int32])
 def test_plan_shapes(device, shape, dtype):
     x = random_tensor(shape, dtype, device)
     for dim in (0, 1):

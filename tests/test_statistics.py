@@ -12,10 +12,11 @@ from conftest import DEVICES, offset_view, random_tensor, requires_cuda
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTEGERS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
-# (shape, dim) cases reaching each layout: full, rows (short and long), columns, middle dims.
+# (shape, dim) cases reaching each layout: full, rows (short and long), columns (unpacked,
+# narrow tiles, full tiles), middle dims.
 CASES = [
     ((1,), None), ((31,), None), ((2**20 + 3,), None), ((33, 1025), 1), ((7, 31), -1), ((3, 70000), 1),
-    ((1025, 33), 0), ((4100, 8), 0), ((5, 6, 7), (0, 2)), ((5, 6, 7), 1), ((64, 3, 9), (1, 2)),
+    ((1025, 33), 0), ((4100, 8), 0), ((600, 1024), 0), ((5, 6, 7), (0, 2)), ((5, 6, 7), 1), ((64, 3, 9), (1, 2)),
 ]
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 

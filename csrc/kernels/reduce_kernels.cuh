@@ -140,17 +140,18 @@ constexpr int kFewSegments = 32;  // at most 4 partials a lane in blocks of kCol
 // argument tile_width; a power of two from 2 to 32, fewer for narrow
 // matrices so that no lane idles), each owning kVec adjacent columns loaded
 // as one vector (kVec > 1 needs inner % kVec == 0 and an aligned x); the
-// block's kThreads / tile_threads lanes of them walk the rows and then fold
-// their partials as a tree. A compile-time width spares the registers that
-// keep Welford moments at four blocks per SM.
+// block's kThreads / tile_threads lanes of them walk the rows, kUnroll
+// rows in flight each, and then fold their partials as a tree. A
+// compile-time width spares the registers that keep Welford moments at four
+// blocks per SM (the plan takes it for full tiles of inputs other than
+// two-byte ones).
 template <typename Op, typename In, typename Sink, bool kFinal, int kVec, int kTileThreads,
-          int kThreads = kColumnThreads>
+          int kThreads = kColumnThreads, int kUnroll = 4>
 __global__ void __launch_bounds__(kThreads)
     reduce_columns_kernel(const In* __restrict__ x, int64_t len, int64_t inner, int64_t splits,
                           int64_t chunk, int tile_width, Sink out, Op op) {
   using Acc = typename Op::acc_t;
   using Pack = VecN<In, kVec>;
-  constexpr int kUnroll = 4;
   // lanes rows of tile_columns + 1 (the pad spreads a column's lanes over
   // banks); tile_threads >= 2 keeps the pads within kThreads / 2.
   __shared__ Acc partial[kThreads * kVec + kThreads / 2];

@@ -146,18 +146,42 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, const I
 // thread: 16 words of them at most, so a tile's partials fit in shared memory
 // and the kernel in registers (8 columns of moments a thread held bfloat16
 // variances to 2 blocks per SM, 94 registers; 4 columns fit 4, 61).
+//
+// Ops that fold packs (var's moments, logsumexp) fold 8 rows of 4 columns a
+// lane at once over two-byte inputs: one merge (a division, a rescale) every
+// 8 rows, the same 64 bytes in flight (H200, first pass at (65536, 768) dim
+// 0, 4 -> 8 rows, µs: var_mean bfloat16 43.7 -> 37.5, float16 39.7 -> 33.2,
+// logsumexp bfloat16 48.9 -> 42.6; float32 inputs gain nothing, argmax,
+// which folds no packs, loses: 45.6 -> 49.0; bench/micro/column_walk.cu).
 template <typename Op, typename In>
-constexpr int kColumnPack = std::min<int>(Vec16<In>::kSize, std::max<int>(1, 64 / sizeof(typename Op::acc_t)));
+constexpr bool kEightRowFolds = sizeof(In) == 2 && FoldsPacks<Op, In, 8>::value;
+template <typename Op, typename In>
+constexpr int kColumnRows = kEightRowFolds<Op, In> ? 8 : 4;
+template <typename Op, typename In>
+constexpr int kColumnPack =
+    kEightRowFolds<Op, In> ? 4
+                           : std::min<int>(Vec16<In>::kSize, std::max<int>(1, 64 / sizeof(typename Op::acc_t)));
+
+// The tile width a packed first pass over In is compiled for when its tiles
+// are full: kColumnTile, or 0 (taken at run time) for two-byte inputs, whose
+// kernels compiled for full tiles ran 10-30% slower than the same tiles at a
+// run-time width (H200, first pass at (65536, 768) dim 0, µs: sum bfloat16
+// 31.3 -> 27.4, var_mean 61.1 -> 42.2, argmax 59.0 -> 44.9, sum int16 44.7 ->
+// 31.8; float32, int32, float64 and uint8 lose 1-5% at a run-time width).
+template <typename In>
+constexpr int kFullTileWidth = sizeof(In) == 2 ? 0 : kColumnTile;
 
 template <typename Op, typename In, typename Sink>
 const KernelFacts& kernel_facts() {
   using Acc = typename Op::acc_t;
-  constexpr int kPack = kColumnPack<Op, In>;
+  constexpr int kPack = kColumnPack<Op, In>, kRows = kColumnRows<Op, In>;
   auto per_sm = [](auto kernel, int threads) { return std::max(resident_blocks(kernel, threads), 1); };
-  static const KernelFacts facts{per_sm(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads),
-                                 per_sm(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
-                                 per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kColumnTile>, kColumnThreads),
-                                 per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0>, kColumnThreads), kPack};
+  static const KernelFacts facts{
+      per_sm(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads),
+      per_sm(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
+      per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<In>, kColumnThreads, kRows>,
+             kColumnThreads),
+      per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0, kColumnThreads, kRows>, kColumnThreads), kPack};
   return facts;
 }
 
@@ -217,23 +241,28 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
     }
     case Plan::Layout::Columns: {
       const int64_t tiles = ceil_div(p.inner, int64_t(plan.team) * plan.vec);
-      auto first_pass = [&](auto columns_per_thread, auto tile_threads) {
+      auto first_pass = [&](auto columns_per_thread, auto tile_threads, auto rows) {
         constexpr int kVec = decltype(columns_per_thread)::value, kTile = decltype(tile_threads)::value;
+        constexpr int kRows = decltype(rows)::value;
         const dim3 grid(tiles * p.outer, plan.segments);
         if (split)
-          return launch_kernel(reduce_columns_kernel<Op, In, Acc*, false, kVec, kTile>, grid, kColumnThreads, 0,
-                               stream, After::Stream, x, p.len, p.inner, plan.segments, plan.chunk, plan.team,
-                               partials, op);
-        return launch_kernel(reduce_columns_kernel<Op, In, Sink, true, kVec, kTile>, grid, kColumnThreads, 0, stream,
-                             After::Stream, x, p.len, p.inner, int64_t(1), plan.chunk, plan.team, out, op);
+          return launch_kernel(reduce_columns_kernel<Op, In, Acc*, false, kVec, kTile, kColumnThreads, kRows>, grid,
+                               kColumnThreads, 0, stream, After::Stream, x, p.len, p.inner, plan.segments,
+                               plan.chunk, plan.team, partials, op);
+        return launch_kernel(reduce_columns_kernel<Op, In, Sink, true, kVec, kTile, kColumnThreads, kRows>, grid,
+                             kColumnThreads, 0, stream, After::Stream, x, p.len, p.inner, int64_t(1), plan.chunk,
+                             plan.team, out, op);
       };
       using Pack = std::integral_constant<int, kColumnPack<Op, In>>;
       using Single = std::integral_constant<int, 1>;
       using FullTile = std::integral_constant<int, kColumnTile>;
       using NarrowTile = std::integral_constant<int, 0>;
-      err = plan.vec == 1              ? first_pass(Single{}, FullTile{})
-            : plan.team == kColumnTile ? first_pass(Pack{}, FullTile{})
-                                       : first_pass(Pack{}, NarrowTile{});
+      using PackedFullTile = std::integral_constant<int, kFullTileWidth<In>>;
+      using FourRows = std::integral_constant<int, 4>;
+      using PackedRows = std::integral_constant<int, kColumnRows<Op, In>>;
+      err = plan.vec == 1              ? first_pass(Single{}, FullTile{}, FourRows{})
+            : plan.team == kColumnTile ? first_pass(Pack{}, PackedFullTile{}, PackedRows{})
+                                       : first_pass(Pack{}, NarrowTile{}, PackedRows{});
       if (err != cudaSuccess || !split) return err;
       const CombinePartials<Op> finish_op{op};
       const int finish_tile = finish_tile_threads(p.inner, p.outer, sizeof(Acc), sm_count);
