@@ -303,6 +303,30 @@ def test_selection_special_values(device):
         fr.aminmax(torch.empty(0, device=device))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int16, torch.int64], ids=str)
+def test_argmax_argmin_within_runs(device, dtype):
+    # Consecutive elements are folded a run at a time (its extreme first, then
+    # the first index holding it): the winner, a later tie, NaNs and an
+    # all -inf row at every position of the first runs, the runs shifted by
+    # storage offsets.
+    generator = torch.Generator().manual_seed(3)
+    floating = dtype.is_floating_point
+    for position in range(40):
+        base = torch.randint(-50, 50, (4, 1031), generator=generator).to(dtype)
+        base[0, position] = base[0, position + 17] = 100
+        base[1, position] = base[1, position + 5] = -100
+        if floating:
+            base[2, position] = base[2, position + 9] = math.nan
+            base[3] = -math.inf
+            base[3, position + 3] = math.inf
+        for x in (base.to(device), offset_view(base.to(device), 1), offset_view(base.to(device), 3)):
+            assert torch.equal(fr.argmax(x, 1), torch.argmax(x, 1)), position
+            assert torch.equal(fr.argmin(x, 1), torch.argmin(x, 1)), position
+            assert torch.equal(fr.argmax(x), torch.argmax(x)), position
+            assert torch.equal(fr.argmin(x[1:]), torch.argmin(x[1:])), position
+
+
 # ---- any, all
 
 

@@ -2,7 +2,8 @@
 // for the ops of the family over each input width: as the plan runs it (both
 // passes), compiled for full tiles of 32 threads, the same tiles at a
 // run-time width, narrower tiles, and (per op) half the columns a thread or
-// twice the rows in flight, each at the segments its own occupancy gives
+// twice the rows in flight (bytes of any/all: 8 rows folded as a word),
+// each at the segments its own occupancy gives
 // (the plan's rule), beside a read of the same bytes. Prints µs and GB/s of
 // the input, two rounds. bash bench/micro/run.sh column_walk
 #include <cuda_bf16.h>
@@ -88,6 +89,13 @@ void shapes(Timer& timer, int sm_count, const char* name, const char* dtype, int
   if (!brief) {
     if constexpr (kPack >= 2) first_pass<Op, In, kPack / 2, 0, 8>(p, op, kColumnTile / 2);
     if constexpr (kPack <= 4) first_pass<Op, In, kPack, 0, 8>(p, op, kColumnTile / 2);
+  }
+  if constexpr (sizeof(In) == 1 && FoldsPacks<Op, In, 8>::value) {
+    // Bytes folded 8 rows at once (a word a column).
+    first_pass<Op, In, 8, 0, 8>(p, op, kColumnTile);
+    first_pass<Op, In, 8, 0, 8>(p, op, kColumnTile / 2);
+    first_pass<Op, In, 16, 0, 8>(p, op, kColumnTile / 2);
+    first_pass<Op, In, 16, 0, 8>(p, op, kColumnTile);
   }
   CHECK(cudaFree(workspace));
   CHECK(cudaFree(out));

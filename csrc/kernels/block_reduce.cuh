@@ -106,11 +106,15 @@ __device__ __forceinline__ T load_from_other_block(const T* p) {
   return value;
 }
 
-// Folds the elements of v, whose first has index `index`.
+// Folds the elements of v, whose first has index `index` and the rest the
+// indices after it: at once where the op can (fold_pack, fold_run), else
+// one by one.
 template <typename Op, typename In, int N, typename Acc = typename Op::acc_t>
 __device__ __forceinline__ Acc fold_vec(const Op& op, Acc acc, const VecN<In, N>& v, int64_t index) {
   if constexpr (FoldsPacks<Op, In, N>::value) {
     return op.fold_pack(acc, v.elem, index);
+  } else if constexpr (FoldsRuns<Op, In, N>::value) {
+    return op.fold_run(acc, v.elem, index);
   } else {
 #pragma unroll
     for (int k = 0; k < N; ++k) acc = op.fold(acc, v.elem[k], index + k);

@@ -181,17 +181,20 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (base + u * lanes < end) v[u] = packs[(base + u * lanes) * row_stride];
-      if (FoldsPacks<Op, In, kUnroll>::value && base + (kUnroll - 1) * lanes < end) {
-        // A full round of an op that folds packs: each column's kUnroll rows
-        // join its accumulator at once (one Welford division, not four).
+      if constexpr (FoldsPacks<Op, In, kUnroll>::value) {
+        if (base + (kUnroll - 1) * lanes < end) {
+          // A full round of an op that folds packs: each column's kUnroll
+          // rows join its accumulator at once (one Welford division, not
+          // four).
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          VecN<In, kUnroll> rows;
+          for (int k = 0; k < kVec; ++k) {
+            VecN<In, kUnroll> rows;
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) rows.elem[u] = v[u].elem[k];
-          acc[k] = fold_vec(op, acc[k], rows, base);
+            for (int u = 0; u < kUnroll; ++u) rows.elem[u] = v[u].elem[k];
+            acc[k] = op.fold_pack(acc[k], rows.elem, base);
+          }
+          continue;
         }
-        continue;
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)

@@ -35,6 +35,23 @@ struct ArgExtremumOp {
   FR_HOST_DEVICE acc_t fold(acc_t acc, In x, int64_t index) const {
     return combine(acc, {widen_to<V>(x), index});
   }
+  // A run of consecutive indices: its extreme value first (NaN-propagating,
+  // one instruction an element on the GPU), then, only where that value
+  // beats or ties acc (rare past a thread's first runs), the first index
+  // holding it. fold takes a compare and selects of a value and a 64-bit
+  // index an element.
+  template <typename In, int N>
+  FR_HOST_DEVICE acc_t fold_run(acc_t acc, const In (&run)[N], int64_t index) const {
+    V raw[N];
+    for (int k = 0; k < N; ++k) raw[k] = widen_to<V>(run[k]);
+    V best = raw[0];
+    for (int k = 1; k < N; ++k) best = kMax ? MaxOp<V>::combine(best, raw[k]) : MinOp<V>::combine(best, raw[k]);
+    const bool best_nan = best != best;
+    if (!best_nan && (acc.value != acc.value || (kMax ? best < acc.value : best > acc.value))) return acc;
+    int first = 0;
+    while (first < N - 1 && !(best_nan ? raw[first] != raw[first] : raw[first] == best)) ++first;
+    return combine(acc, {best, index + first});
+  }
   FR_HOST_DEVICE void store(int64_t* out, int64_t i, acc_t acc) const { out[i] = acc.index; }
   static ArgExtremumOp make(const ReduceParams&, int64_t) { return {}; }
 };
