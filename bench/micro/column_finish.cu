@@ -32,7 +32,8 @@ void finish_variants(Timer& timer, int sm_count, const char* name, const char* d
     else return Sink{static_cast<decltype(Sink::first)>(out), static_cast<decltype(Sink::first)>(out) + inner};
   }();
   constexpr int kPack = kColumnPack<Op, In>, kRows = kColumnRows<Op, In>;
-  const auto first = reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<In>, kColumnThreads, kRows>;
+  const auto first =
+      reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<Op, In>, kColumnThreads, kRows>;
   const dim3 grid(ceil_div(inner, int64_t(plan.team) * plan.vec), plan.segments);
   auto first_pass = [&] {
     CHECK((launch_kernel(first, grid, kColumnThreads, 0, nullptr, After::Stream, x, len, inner, plan.segments,

@@ -147,29 +147,32 @@ cudaError_t launch_rows(const Plan& plan, int64_t rows, int64_t row_len, const I
 // and the kernel in registers (8 columns of moments a thread held bfloat16
 // variances to 2 blocks per SM, 94 registers; 4 columns fit 4, 61).
 //
-// Ops that fold packs (var's moments, logsumexp) fold 8 rows of 4 columns a
-// lane at once over two-byte inputs: one merge (a division, a rescale) every
-// 8 rows, the same 64 bytes in flight (H200, first pass at (65536, 768) dim
-// 0, 4 -> 8 rows, µs: var_mean bfloat16 43.7 -> 37.5, float16 39.7 -> 33.2,
-// logsumexp bfloat16 48.9 -> 42.6; float32 inputs gain nothing, argmax,
-// which folds no packs, loses: 45.6 -> 49.0; bench/micro/column_walk.cu).
+// Ops that fold packs (var's moments, logsumexp; any/all of bytes) fold 8
+// rows of 8 bytes of columns a lane at once over inputs narrower than 4
+// bytes: one merge (a division, a rescale) every 8 rows, a byte column's 8
+// rows tested as one word (H200, first pass at (65536, 768) dim 0, µs, 4 ->
+// 8 rows: var_mean bfloat16 43.7 -> 37.5, float16 39.7 -> 33.2, logsumexp
+// bfloat16 48.9 -> 42.6; any bool, 16 -> 8 columns, 35.3 -> 28.5, at (8192,
+// 8192) 46.5 -> 35.0; float32 inputs gain nothing, argmax, which folds no
+// packs, loses: 45.6 -> 49.0; bench/micro/column_walk.cu).
 template <typename Op, typename In>
-constexpr bool kEightRowFolds = sizeof(In) == 2 && FoldsPacks<Op, In, 8>::value;
+constexpr bool kEightRowFolds = sizeof(In) <= 2 && FoldsPacks<Op, In, 8>::value;
 template <typename Op, typename In>
 constexpr int kColumnRows = kEightRowFolds<Op, In> ? 8 : 4;
 template <typename Op, typename In>
 constexpr int kColumnPack =
-    kEightRowFolds<Op, In> ? 4
+    kEightRowFolds<Op, In> ? 8 / sizeof(In)
                            : std::min<int>(Vec16<In>::kSize, std::max<int>(1, 64 / sizeof(typename Op::acc_t)));
 
-// The tile width a packed first pass over In is compiled for when its tiles
-// are full: kColumnTile, or 0 (taken at run time) for two-byte inputs, whose
+// The tile width a packed first pass is compiled for when its tiles are
+// full: kColumnTile, or 0 (taken at run time) for two-byte inputs, whose
 // kernels compiled for full tiles ran 10-30% slower than the same tiles at a
 // run-time width (H200, first pass at (65536, 768) dim 0, µs: sum bfloat16
 // 31.3 -> 27.4, var_mean 61.1 -> 42.2, argmax 59.0 -> 44.9, sum int16 44.7 ->
-// 31.8; float32, int32, float64 and uint8 lose 1-5% at a run-time width).
-template <typename In>
-constexpr int kFullTileWidth = sizeof(In) == 2 ? 0 : kColumnTile;
+// 31.8; float32, int32, float64 and uint8 lose 1-5% at a run-time width),
+// and for the eight-row folds of bytes (measured at run-time widths only).
+template <typename Op, typename In>
+constexpr int kFullTileWidth = sizeof(In) == 2 || kEightRowFolds<Op, In> ? 0 : kColumnTile;
 
 template <typename Op, typename In, typename Sink>
 const KernelFacts& kernel_facts() {
@@ -179,7 +182,7 @@ const KernelFacts& kernel_facts() {
   static const KernelFacts facts{
       per_sm(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads),
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
-      per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<In>, kColumnThreads, kRows>,
+      per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<Op, In>, kColumnThreads, kRows>,
              kColumnThreads),
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0, kColumnThreads, kRows>, kColumnThreads), kPack};
   return facts;
@@ -257,7 +260,7 @@ cudaError_t run_reduction(const ReduceProblem& p, const Op& op, Sink out, void* 
       using Single = std::integral_constant<int, 1>;
       using FullTile = std::integral_constant<int, kColumnTile>;
       using NarrowTile = std::integral_constant<int, 0>;
-      using PackedFullTile = std::integral_constant<int, kFullTileWidth<In>>;
+      using PackedFullTile = std::integral_constant<int, kFullTileWidth<Op, In>>;
       using FourRows = std::integral_constant<int, 4>;
       using PackedRows = std::integral_constant<int, kColumnRows<Op, In>>;
       err = plan.vec == 1              ? first_pass(Single{}, FullTile{}, FourRows{})
