@@ -325,6 +325,17 @@ def test_argmax_argmin_within_runs(device, dtype):
             assert torch.equal(fr.argmin(x, 1), torch.argmin(x, 1)), position
             assert torch.equal(fr.argmax(x), torch.argmax(x)), position
             assert torch.equal(fr.argmin(x[1:]), torch.argmin(x[1:])), position
+    # Rows of several CPU blocks (4096 elements): the winner and its ties in
+    # different blocks.
+    for position in (0, 4095, 4096, 8191, 9000):
+        row = torch.randint(-50, 50, (3, 12293), generator=generator).to(dtype)
+        row[0, position] = row[0, (position + 4096) % 12293] = 100
+        row[1, position] = -100
+        if floating:
+            row[2, position] = row[2, 12000] = math.nan
+        x = row.to(device)
+        assert torch.equal(fr.argmax(x, 1), torch.argmax(x, 1)), position
+        assert torch.equal(fr.argmin(x, 1), torch.argmin(x, 1)), position
 
 
 # ---- any, all

@@ -209,6 +209,24 @@ void moment_rows_into(const In* x, int64_t r0, int64_t r1, int64_t inner, int64_
 }
 
 template <typename Op>
+constexpr bool kArgExtremum = false;
+template <typename V, bool kMax>
+constexpr bool kArgExtremum<ArgExtremumOp<V, kMax>> = true;
+
+// argmax/argmin of x[0, n) (indices from first_index) joined to acc: the
+// block's extreme on vectors (floating) or lanes (integers), then its first
+// index only where it can win (fold_run's way, a block at a time).
+template <typename Op, typename In>
+typename Op::acc_t arg_extremum_block(const In* x, int64_t n, int64_t first_index, typename Op::acc_t acc) {
+  using V = decltype(acc.value);
+  using Extreme = typename Op::Extreme;
+  V top;
+  if constexpr (std::is_floating_point_v<V>) top = cpu::fold_vectors<Extreme>(x, n);
+  else top = fold_lanes(Extreme{}, x, n);
+  return Op::join_extreme(acc, top, x, n, first_index);
+}
+
+template <typename Op>
 constexpr bool kVectorized = false;
 template <typename A>
 constexpr bool kVectorized<SumOp<A>> = true;
@@ -225,8 +243,8 @@ constexpr bool kVectorized<MinOp<A>> = true;
 // (error grows with the block count, not n). Ops with a vector form fold
 // floating types straight from the input (half types widened in registers)
 // and integers on lanes; norms on lanes, logsumexp and var's moments in
-// vectors. The rest fold a pack (fold_pack) or an element at a time within a
-// block (a float32 Welford run over a million elements drifts by 5e-4; in
+// vectors; argmax/argmin take each block's extreme first. The rest fold a
+// pack (fold_pack) or an element at a time within a block (a float32 Welford run over a million elements drifts by 5e-4; in
 // blocks, 1e-6).
 template <typename Op, typename In>
 typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t first_index) {
@@ -244,6 +262,8 @@ typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t
       acc = Op::combine(acc, logsumexp_block<decltype(Acc::max)>(x + start, count));
     } else if constexpr (kMoments<Op>) {
       acc = Op::combine(acc, moments_block(x + start, count, acc));
+    } else if constexpr (kArgExtremum<Op>) {
+      acc = arg_extremum_block<Op>(x + start, count, first_index + start, acc);
     } else {
       Acc block = Op::identity();
       int64_t i = start;

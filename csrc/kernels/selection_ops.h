@@ -19,6 +19,7 @@ struct ValueIndex {
 template <typename V, bool kMax>
 struct ArgExtremumOp {
   using acc_t = ValueIndex<V>;
+  using Extreme = std::conditional_t<kMax, MaxOp<V>, MinOp<V>>;  // the values' own extreme, NaN first
   FR_HOST_DEVICE static acc_t identity() {
     return {kMax ? MaxOp<V>::identity() : MinOp<V>::identity(), std::numeric_limits<int64_t>::max()};
   }
@@ -36,21 +37,27 @@ struct ArgExtremumOp {
     return combine(acc, {widen_to<V>(x), index});
   }
   // A run of consecutive indices: its extreme value first (NaN-propagating,
-  // one instruction an element on the GPU), then, only where that value
-  // beats or ties acc (rare past a thread's first runs), the first index
-  // holding it. fold takes a compare and selects of a value and a 64-bit
-  // index an element.
+  // one instruction an element on the GPU), then join_extreme. fold takes a
+  // compare and selects of a value and a 64-bit index an element.
   template <typename In, int N>
   FR_HOST_DEVICE acc_t fold_run(acc_t acc, const In (&run)[N], int64_t index) const {
-    V raw[N];
-    for (int k = 0; k < N; ++k) raw[k] = widen_to<V>(run[k]);
-    V best = raw[0];
-    for (int k = 1; k < N; ++k) best = kMax ? MaxOp<V>::combine(best, raw[k]) : MinOp<V>::combine(best, raw[k]);
-    const bool best_nan = best != best;
-    if (!best_nan && (acc.value != acc.value || (kMax ? best < acc.value : best > acc.value))) return acc;
-    int first = 0;
-    while (first < N - 1 && !(best_nan ? raw[first] != raw[first] : raw[first] == best)) ++first;
-    return combine(acc, {best, index + first});
+    V top = widen_to<V>(run[0]);
+    for (int k = 1; k < N; ++k) top = Extreme::combine(top, widen_to<V>(run[k]));
+    return join_extreme(acc, top, run, N, index);
+  }
+  // acc joined with `top`, the extreme of x[0, n) (indices from `index`):
+  // only where top beats or ties acc (rare past the first runs) is x
+  // searched for the first index holding it.
+  template <typename In>
+  FR_HOST_DEVICE static acc_t join_extreme(acc_t acc, V top, const In* x, int64_t n, int64_t index) {
+    const bool top_nan = top != top;
+    if (!top_nan && (acc.value != acc.value || (kMax ? top < acc.value : top > acc.value))) return acc;
+    int64_t first = 0;
+    for (; first < n - 1; ++first) {
+      const V value = widen_to<V>(x[first]);
+      if (top_nan ? value != value : value == top) break;
+    }
+    return combine(acc, {top, index + first});
   }
   FR_HOST_DEVICE void store(int64_t* out, int64_t i, acc_t acc) const { out[i] = acc.index; }
   static ArgExtremumOp make(const ReduceParams&, int64_t) { return {}; }
