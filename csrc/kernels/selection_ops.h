@@ -37,19 +37,29 @@ struct ArgExtremumOp {
     return combine(acc, {widen_to<V>(x), index});
   }
   // A run of consecutive indices: its extreme value first (NaN-propagating,
-  // one instruction an element on the GPU), then join_extreme. fold takes a
-  // compare and selects of a value and a 64-bit index an element.
+  // one instruction an element on the GPU), then, only where that value
+  // beats or ties acc (rare past a thread's first runs), the first index
+  // holding it. fold takes a compare and selects of a value and a 64-bit
+  // index an element. (join_extreme does the same for a block in memory; a
+  // GPU run that called it, searching the run again, lost the gain: argmax
+  // bfloat16 (8192, 8192) dim 1 49.9 -> 56.2 µs on the H200.)
   template <typename In, int N>
   FR_HOST_DEVICE acc_t fold_run(acc_t acc, const In (&run)[N], int64_t index) const {
-    V top = widen_to<V>(run[0]);
-    for (int k = 1; k < N; ++k) top = Extreme::combine(top, widen_to<V>(run[k]));
-    return join_extreme(acc, top, run, N, index);
+    V raw[N];
+    for (int k = 0; k < N; ++k) raw[k] = widen_to<V>(run[k]);
+    V best = raw[0];
+    for (int k = 1; k < N; ++k) best = kMax ? MaxOp<V>::combine(best, raw[k]) : MinOp<V>::combine(best, raw[k]);
+    const bool best_nan = best != best;
+    if (!best_nan && (acc.value != acc.value || (kMax ? best < acc.value : best > acc.value))) return acc;
+    int first = 0;
+    while (first < N - 1 && !(best_nan ? raw[first] != raw[first] : raw[first] == best)) ++first;
+    return combine(acc, {best, index + first});
   }
   // acc joined with `top`, the extreme of x[0, n) (indices from `index`):
-  // only where top beats or ties acc (rare past the first runs) is x
-  // searched for the first index holding it.
+  // only where top beats or ties acc (rare past the first blocks) is x
+  // searched for the first index holding it. The CPU's blocks take it.
   template <typename In>
-  FR_HOST_DEVICE static acc_t join_extreme(acc_t acc, V top, const In* x, int64_t n, int64_t index) {
+  static acc_t join_extreme(acc_t acc, V top, const In* x, int64_t n, int64_t index) {
     const bool top_nan = top != top;
     if (!top_nan && (acc.value != acc.value || (kMax ? top < acc.value : top > acc.value))) return acc;
     int64_t first = 0;
