@@ -6,8 +6,7 @@
 #include <cuda_bf16.h>
 
 #include "../../csrc/kernels/statistic_ops.h"
-#include "../../csrc/launch/reduce_plan.cuh"
-#include "probe.cuh"
+#include "column_case.cuh"
 
 using namespace fastreduce;
 using namespace fastreduce::reduce_plan;
@@ -17,20 +16,12 @@ template <typename Op, typename In, typename Sink>
 void finish_variants(Timer& timer, int sm_count, const char* name, const char* dtype, int64_t len, int64_t inner,
                      const Op& op) {
   using Acc = typename Op::acc_t;
-  In* x;
-  void* out;
+  const ColumnCase<In, Sink> c(len, inner);
+  const In* const x = c.x;
+  const Plan plan = plan_for<Op, In, Sink>(c.problem, sm_count);
   void* workspace;
-  CHECK(cudaMalloc(&x, len * inner * sizeof(In)));
-  CHECK(cudaMalloc(&out, 2 * inner * sizeof(double)));
-  fill_uniform<<<1024, 256>>>(x, len * inner, 7, -2.0f, 4.0f);
-  const ReduceProblem problem{ReduceKind::Sum, DType::Float, x, 1, len, inner};
-  const Plan plan = plan_for<Op, In, Sink>(problem, sm_count);
-  CHECK(cudaMalloc(&workspace, workspace_bytes<Op, In, Sink>(problem, sm_count) + 16));
+  CHECK(cudaMalloc(&workspace, workspace_bytes<Op, In, Sink>(c.problem, sm_count) + 16));
   auto* partials = static_cast<Acc*>(workspace);
-  const Sink sink = [&] {
-    if constexpr (std::is_pointer_v<Sink>) return static_cast<Sink>(out);
-    else return Sink{static_cast<decltype(Sink::first)>(out), static_cast<decltype(Sink::first)>(out) + inner};
-  }();
   constexpr int kPack = kColumnPack<Op, In>, kRows = kColumnRows<Op, In>;
   const auto first =
       reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<Op, In>, kColumnThreads, kRows>;
@@ -45,11 +36,12 @@ void finish_variants(Timer& timer, int sm_count, const char* name, const char* d
   };
   if (plan.segments == 1 || plan.team != kColumnTile || plan.vec != kPack) {
     line("not a split full-tile plan", 0);
+    CHECK(cudaFree(workspace));
     return;
   }
   line("first pass alone", timer.median_us(first_pass));
   line("both passes, as run", timer.median_us([&] {
-         CHECK((run_reduction<Op, In, Sink>(problem, op, sink, workspace, sm_count, nullptr)));
+         CHECK((run_reduction<Op, In, Sink>(c.problem, op, c.sink, workspace, sm_count, nullptr)));
        }));
   const CombinePartials<Op> finish_op{op};
   auto both = [&](auto threads, int width, After after) {
@@ -58,7 +50,7 @@ void finish_variants(Timer& timer, int sm_count, const char* name, const char* d
     return timer.median_us([&] {
       first_pass();
       CHECK((launch_kernel(finish, dim3(ceil_div(inner, int64_t(width))), kThreads, 0, nullptr, after, partials,
-                           plan.segments, inner, int64_t(1), plan.segments, width, sink, finish_op)));
+                           plan.segments, inner, int64_t(1), plan.segments, width, c.sink, finish_op)));
     });
   };
   for (int width : {32, 16, 8, 4, 2}) {
@@ -72,8 +64,6 @@ void finish_variants(Timer& timer, int sm_count, const char* name, const char* d
   line("+ second pass, tiles of 32, 1024 threads, no early launch",
        both(std::integral_constant<int, 1024>{}, 32, After::Stream));
   CHECK(cudaFree(workspace));
-  CHECK(cudaFree(out));
-  CHECK(cudaFree(x));
 }
 
 int main() {

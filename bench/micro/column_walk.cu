@@ -11,8 +11,7 @@
 
 #include "../../csrc/kernels/selection_ops.h"
 #include "../../csrc/kernels/statistic_ops.h"
-#include "../../csrc/launch/reduce_plan.cuh"
-#include "probe.cuh"
+#include "column_case.cuh"
 
 using namespace fastreduce;
 using namespace fastreduce::reduce_plan;
@@ -67,22 +66,14 @@ template <typename Op, typename In, typename Sink>
 void shapes(Timer& timer, int sm_count, const char* name, const char* dtype, int64_t len, int64_t inner,
             const Op& op, bool brief = false) {
   using Acc = typename Op::acc_t;
-  In* x;
-  void* out;
+  const ColumnCase<In, Sink> c(len, inner);
   void* workspace;
-  CHECK(cudaMalloc(&x, len * inner * sizeof(In)));
-  CHECK(cudaMalloc(&out, 2 * inner * sizeof(double)));
-  fill_uniform<<<1024, 256>>>(x, len * inner, 7, -2.0f, 4.0f);
-  const ReduceProblem problem{ReduceKind::Sum, DType::Float, x, 1, len, inner};
   CHECK(cudaMalloc(&workspace, (len / kMinColumnSegmentRows + 1) * inner * sizeof(Acc)));
-  const Problem p{timer, sm_count, name, dtype, len, inner, sizeof(In), x, workspace};
-  const Sink sink = [&] {
-    if constexpr (std::is_pointer_v<Sink>) return static_cast<Sink>(out);
-    else return Sink{static_cast<decltype(Sink::first)>(out), static_cast<decltype(Sink::first)>(out) + inner};
-  }();
-  const Plan plan = plan_for<Op, In, Sink>(problem, sm_count);
+  const Problem p{timer, sm_count, name, dtype, len, inner, sizeof(In), c.x, workspace};
+  const Plan plan = plan_for<Op, In, Sink>(c.problem, sm_count);
   p.row("both passes, as run", 0, 0, ceil_div(inner, int64_t(plan.team) * plan.vec) * plan.segments,
-        timer.median_us([&] { CHECK((run_reduction<Op, In, Sink>(problem, op, sink, workspace, sm_count, nullptr))); }));
+        timer.median_us(
+            [&] { CHECK((run_reduction<Op, In, Sink>(c.problem, op, c.sink, workspace, sm_count, nullptr))); }));
   constexpr int kPack = kColumnPack<Op, In>;
   first_pass<Op, In, kPack, kColumnTile, 4>(p, op);
   for (int width : {32, 16, 8}) first_pass<Op, In, kPack, 0, 4>(p, op, width);
@@ -98,8 +89,6 @@ void shapes(Timer& timer, int sm_count, const char* name, const char* dtype, int
     first_pass<Op, In, 16, 0, 8>(p, op, kColumnTile);
   }
   CHECK(cudaFree(workspace));
-  CHECK(cudaFree(out));
-  CHECK(cudaFree(x));
 }
 
 // The family's ops over a floating type, every variant.
