@@ -244,8 +244,8 @@ constexpr bool kVectorized<MinOp<A>> = true;
 // floating types straight from the input (half types widened in registers)
 // and integers on lanes; norms on lanes, logsumexp and var's moments in
 // vectors; argmax/argmin take each block's extreme first. The rest fold a
-// pack (fold_pack) or an element at a time within a block (a float32 Welford run over a million elements drifts by 5e-4; in
-// blocks, 1e-6).
+// pack (fold_pack) or an element at a time within a block (a float32 Welford
+// run over a million elements drifts by 5e-4; in blocks, 1e-6).
 template <typename Op, typename In>
 typename Op::acc_t fold_contiguous(const Op& op, const In* x, int64_t n, int64_t first_index) {
   using Acc = typename Op::acc_t;

@@ -143,8 +143,8 @@ constexpr int kFewSegments = 32;  // at most 4 partials a lane in blocks of kCol
 // block's kThreads / tile_threads lanes of them walk the rows, kUnroll
 // rows in flight each, and then fold their partials as a tree. A
 // compile-time width spares the registers that keep Welford moments at four
-// blocks per SM (the plan takes it for full tiles of inputs other than
-// two-byte ones).
+// blocks per SM (reduce_plan.cuh's kFullTileWidth says where the plan takes
+// it).
 template <typename Op, typename In, typename Sink, bool kFinal, int kVec, int kTileThreads,
           int kThreads = kColumnThreads, int kUnroll = 4>
 __global__ void __launch_bounds__(kThreads)

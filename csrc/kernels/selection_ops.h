@@ -19,7 +19,7 @@ struct ValueIndex {
 template <typename V, bool kMax>
 struct ArgExtremumOp {
   using acc_t = ValueIndex<V>;
-  using Extreme = std::conditional_t<kMax, MaxOp<V>, MinOp<V>>;  // the values' own extreme, NaN first
+  using Extreme = std::conditional_t<kMax, MaxOp<V>, MinOp<V>>;  // the extreme value alone, NaN-propagating
   FR_HOST_DEVICE static acc_t identity() {
     return {kMax ? MaxOp<V>::identity() : MinOp<V>::identity(), std::numeric_limits<int64_t>::max()};
   }
