@@ -283,7 +283,6 @@ template <typename Op, typename In>
 void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t inner, int64_t c0, int64_t width,
                     typename Op::acc_t* partial) {
   using Acc = typename Op::acc_t;
-  thread_local std::vector<Acc> row;
   if constexpr (kLogSumExp<Op>) {
     using A = decltype(Acc::max);
     thread_local std::vector<A> top, sum;
@@ -301,12 +300,11 @@ void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t i
   for (int64_t r = r0; r < r1; ++r) {
     const In* source = x + r * inner + c0;
     if constexpr (kVectorized<Op> && std::is_floating_point_v<Acc>) {
-      const Acc* values = cpu::widen(source, width, row);
-      using V = Vec<Acc>;
-      int64_t c = 0;
-      for (; c + V::size() <= width; c += V::size())
-        VecOp<Op>::combine(V::loadu(partial + c), V::loadu(values + c)).store(partial + c);
-      for (; c < width; ++c) partial[c] = Op::combine(partial[c], values[c]);
+      // Half types widened in registers (through a row buffer, sum dim 0
+      // of (8192, 768) bfloat16 took 0.218 ms against aten's 0.185).
+      cpu::for_each_widened(source, width, [&](int64_t c, int64_t count, const Vec<Acc>& v) {
+        VecOp<Op>::combine(Vec<Acc>::loadu(partial + c, count), v).store(partial + c, count);
+      });
     } else {
       for (int64_t c = 0; c < width; ++c) partial[c] = op.fold(partial[c], source[c], r);
     }
