@@ -90,6 +90,29 @@ def test_moments_of_many_long_rows(device, dtype, length):
         close(fr.std(x, 1, correction=correction), torch.std(reference, 1, correction=correction), dtype)
 
 
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (26000, 2050)), (torch.float16, (13000, 4100)),
+                                         (torch.float32, (13000, 2052)), (torch.bfloat16, (1100, 40000))], ids=str)
+def test_costly_folds_of_many_rows(dtype, shape):
+    # The folds that take more vectors a thread (reduce_plan.cuh's kRowVecs):
+    # rows in teams of 4, 8 and 16 lanes on a GPU of 132 SMs, and in blocks,
+    # far from zero, with ties, and at an unaligned offset (a head and a tail
+    # folded element by element).
+    base = (random_tensor(shape, torch.float64, "cuda") * 3 + 100).to(dtype)
+    ties = random_tensor(shape, torch.int64, "cuda", low=-3, high=3).to(dtype)
+    for x, tied in ((base, ties), (offset_view(base, 1), offset_view(ties, 3))):
+        reference = x.double()
+        var, mean = fr.var_mean(x, 1)
+        close(var, torch.var(reference, 1), dtype)
+        close(mean, reference.mean(1), dtype)
+        expected = torch.logsumexp(reference, 1)
+        close(fr.logsumexp(x, 1), expected, dtype, scale=expected.abs() + 1)
+        assert torch.equal(fr.argmax(tied, 1), torch.argmax(tied, 1))
+        assert torch.equal(fr.argmin(tied, 1), torch.argmin(tied, 1))
+        assert torch.equal(fr.argmax(x, 1), torch.argmax(x, 1))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_moments_edge_cases(device):
     empty = torch.empty(0, 3, device=device)

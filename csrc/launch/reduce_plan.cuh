@@ -20,6 +20,7 @@ namespace reduce_plan {
 constexpr int kRowThreads = 512;
 constexpr int kRowBlocksPerSm = 4;
 constexpr int kRowVecsPerThread = 8;    // unsplit long rows: vectors per thread at least
+constexpr int kRowFillThreads = 768;    // unsplit rows of the costly folds: threads an SM at least
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
 constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
 constexpr int64_t kMinColumnSegmentRows = 128;  // fewer partials per column: a cheaper second pass
@@ -64,6 +65,7 @@ struct KernelFacts {
   int columns_packed;  // packs, 32 threads across
   int columns_narrow;  // packs, fewer threads across
   int column_pack;
+  int row_vecs;  // unsplit long rows: vectors a thread at least (kRowVecs)
 };
 
 inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, const KernelFacts& facts) {
@@ -88,13 +90,19 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, co
     }
     if (p.outer >= int64_t(sm_count) * kRowBlocksPerSm) {
       // Rows enough to fill the GPU unsplit: the fewest threads per row that
-      // still give each kRowVecsPerThread vectors, so the loads, not the
+      // still give each facts.row_vecs vectors, so the loads, not the
       // block's combine tree (ten levels of a Welford merge or a rescale
-      // at 512 threads), set the pace; a warp per row at the least.
+      // at 512 threads), set the pace; a warp per row at the least, or for
+      // the costly folds (more vectors a thread) a team of 4 lanes, while
+      // the grid keeps kRowFillThreads threads an SM.
       const int64_t vecs = ceil_div(p.len, vec);
+      const bool costly = facts.row_vecs > kRowVecsPerThread;
+      const int least = costly ? 4 : kWarpSize;
       int threads = kRowThreads;
-      while (threads > kWarpSize && int64_t(threads) * kRowVecsPerThread > vecs) threads /= 2;
-      if (threads == kWarpSize) return {Plan::Layout::Rows, 1, p.len, kWarpSize, 1};
+      while (threads > least && int64_t(threads) * facts.row_vecs > vecs &&
+             (!costly || p.outer * (threads / 2) >= int64_t(sm_count) * kRowFillThreads))
+        threads /= 2;
+      if (threads <= kWarpSize) return {Plan::Layout::Rows, 1, p.len, threads, 1};
       return {Plan::Layout::Rows, 1, p.len, 0, 1, threads};
     }
     // Few long rows: at most one wave of the split-rows kernel's blocks.
@@ -174,6 +182,26 @@ constexpr int kColumnPack =
 template <typename Op, typename In>
 constexpr int kFullTileWidth = sizeof(In) == 2 || kEightRowFolds<Op, In> ? 0 : kColumnTile;
 
+// Unsplit long rows of the costly folds (var's moments and logsumexp's
+// rescales by packs, argmax's runs) take 64 vectors a thread over two-byte
+// inputs and 32 over float32, not kRowVecsPerThread: fewer threads a row, so
+// fewer combines and more rounds of loads a thread. H200, µs, 8 -> 32 or 64
+// vectors a thread (bench/micro/selection_rows.cu): bfloat16 (8192, 8192)
+// var_mean 39.8 -> 35.9, logsumexp 45.6 -> 37.3, argmax 50.7 -> 39.2;
+// (2048, 32768) 45.7 -> 36.7, 50.1 -> 38.5, 51.7 -> 40.6; (65536, 2048) 74.2
+// -> 66.6, 82.8 -> 69.9, 103.0 -> 75.0; float16 as bfloat16; float32 (8192,
+// 8192) logsumexp 69.8 -> 66.2, argmax 67.7 -> 66.5; (32768, 2048) 71.1 ->
+// 66.2, 69.9 -> 66.2. float32 var (reduce_moment_rows_kernel's rows) ties at
+// every count and int32 argmax loses 1%: they keep 8. Fewer than
+// kRowFillThreads threads an SM lose: bfloat16 (1024, 32768) logsumexp 22.4
+// at 128 threads a row, 24.2 at 64.
+template <typename Op, typename In>
+constexpr int kRowVecs =
+    (FoldsPacks<Op, In, 4 * Vec16<In>::kSize>::value || FoldsRuns<Op, In, Vec16<In>::kSize>::value) &&
+            !kMomentRows<Op, In> && (sizeof(In) == 2 || std::is_same_v<In, float>)
+        ? 128 / sizeof(In)
+        : kRowVecsPerThread;
+
 template <typename Op, typename In, typename Sink>
 const KernelFacts& kernel_facts() {
   using Acc = typename Op::acc_t;
@@ -184,7 +212,8 @@ const KernelFacts& kernel_facts() {
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<Op, In>, kColumnThreads, kRows>,
              kColumnThreads),
-      per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0, kColumnThreads, kRows>, kColumnThreads), kPack};
+      per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0, kColumnThreads, kRows>, kColumnThreads), kPack,
+      kRowVecs<Op, In>};
   return facts;
 }
 

@@ -1,0 +1,120 @@
+// Unsplit rows of the costly folds (var_mean, logsumexp, argmax; reduce_kernels.cuh's
+// rows kernel) at 8 to 128 vectors a thread, a block a row or a team of lanes
+// (a warp, 16, 8 or 4), beside a sum at 8 (reduce_plan.cuh's kRowVecs).
+// Prints µs and GB/s of the input, two rounds.
+// bash bench/micro/run.sh selection_rows
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../../csrc/kernels/selection_ops.h"
+#include "../../csrc/kernels/statistic_ops.h"
+#include "../../csrc/launch/reduce_plan.cuh"
+#include "probe.cuh"
+
+using namespace fastreduce;
+using namespace fastreduce::reduce_plan;
+using bf16 = __nv_bfloat16;
+
+template <typename Kernel>
+int registers(Kernel kernel) {
+  cudaFuncAttributes attributes;
+  CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return attributes.numRegs;
+}
+
+struct Rows {
+  Timer& timer;
+  const char* dtype;
+  int64_t rows, len;
+  size_t elem;
+  const void* x;
+  void* out;
+};
+
+template <typename Sink>
+Sink sink_of(const Rows& r) {
+  if constexpr (std::is_pointer_v<Sink>) {
+    return static_cast<Sink>(r.out);
+  } else {
+    using Out = decltype(Sink::first);
+    return Sink{static_cast<Out>(r.out), static_cast<Out>(r.out) + r.rows};
+  }
+}
+
+// Rows of `threads` a block (kTeam 0) or of a team of kTeam lanes.
+template <typename Op, typename In, typename Sink, int kTeam>
+void time_rows(const Rows& r, const char* name, const Op& op, int threads) {
+  const auto kernel = reduce_rows_kernel<Op, In, Sink, kTeam>;
+  const int block = kTeam == 0 ? threads : kRowThreads;
+  const int64_t grid = kTeam == 0 ? r.rows : ceil_div(r.rows, int64_t(kRowThreads / kTeam));
+  const Sink sink = sink_of<Sink>(r);
+  const float us = r.timer.median_us([&] {
+    CHECK((launch_kernel(kernel, grid, block, 0, nullptr, After::Stream, static_cast<const In*>(r.x), r.rows, r.len,
+                         sink, op)));
+  });
+  const int vecs = int(r.len / (16 / r.elem) / (kTeam == 0 ? threads : kTeam));
+  const double gbs = double(r.rows) * r.len * r.elem / (us * 1e3);
+  std::printf("| %s | %s | (%lld, %lld) | %d | %s %d | %d | %.2f | %.0f |\n", name, r.dtype, (long long)r.rows,
+              (long long)r.len, vecs, kTeam == 0 ? "block of" : "team of", kTeam == 0 ? threads : kTeam,
+              registers(kernel), us, gbs);
+}
+
+// The op at 8 to 128 vectors a thread (teams of at least 4 lanes).
+template <typename Op, typename In, typename Sink>
+void op_rows(const Rows& r, const char* name, const Op& op, int most = 128) {
+  const int64_t vecs = r.len / (16 / r.elem);
+  for (int per_thread = 8; per_thread <= most; per_thread *= 2) {
+    const int64_t threads = vecs / per_thread;
+    if (threads > kRowThreads || threads < 4) continue;
+    if (threads >= 64) time_rows<Op, In, Sink, 0>(r, name, op, int(threads));
+    else if (threads == 32) time_rows<Op, In, Sink, 32>(r, name, op, 32);
+    else if (threads == 16) time_rows<Op, In, Sink, 16>(r, name, op, 16);
+    else if (threads == 8) time_rows<Op, In, Sink, 8>(r, name, op, 8);
+    else if (threads == 4) time_rows<Op, In, Sink, 4>(r, name, op, 4);
+  }
+}
+
+template <typename In>
+void shape(Timer& timer, const char* dtype, int64_t rows, int64_t len) {
+  In* x;
+  void* out;
+  CHECK(cudaMalloc(&x, rows * len * sizeof(In)));
+  CHECK(cudaMalloc(&out, 2 * rows * sizeof(double)));
+  fill_uniform<<<1024, 256>>>(x, rows * len, 7, -2.0f, 4.0f);
+  const Rows r{timer, dtype, rows, len, sizeof(In), x, out};
+  const ReduceParams params{};
+  using V = SelectValue<In>;
+  for (int round = 0; round < 2; ++round) {
+    if constexpr (!std::numeric_limits<In>::is_integer) {
+      op_rows<SumOp<float>, In, float*>(r, "sum", {}, 8);
+      op_rows<VarOp<float>, In, PairSink<In>>(r, "var_mean", VarOp<float>::make(params, len));
+      op_rows<LogSumExpOp<float>, In, In*>(r, "logsumexp", LogSumExpOp<float>::make(params, len));
+    }
+    op_rows<ArgExtremumOp<V, true>, In, int64_t*>(r, "argmax", {});
+  }
+  CHECK(cudaFree(out));
+  CHECK(cudaFree(x));
+}
+
+int main() {
+  Timer timer;
+  std::printf(
+      "| op | dtype | shape | vectors a thread | threads a row | registers | µs | GB/s |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  shape<bf16>(timer, "bfloat16", 8192, 8192);
+  shape<bf16>(timer, "bfloat16", 2048, 32768);
+  shape<bf16>(timer, "bfloat16", 1024, 32768);
+  shape<bf16>(timer, "bfloat16", 528, 65536);
+  shape<bf16>(timer, "bfloat16", 32768, 2048);
+  shape<bf16>(timer, "bfloat16", 16384, 4096);
+  shape<bf16>(timer, "bfloat16", 4096, 16384);
+  shape<bf16>(timer, "bfloat16", 65536, 2048);
+  shape<float>(timer, "float32", 8192, 8192);
+  shape<float>(timer, "float32", 32768, 2048);
+  shape<float>(timer, "float32", 2048, 32768);
+  shape<float>(timer, "float32", 1024, 32768);
+  shape<float>(timer, "float32", 16384, 4096);
+  shape<__half>(timer, "float16", 8192, 8192);
+  shape<int16_t>(timer, "int16", 8192, 8192);
+  shape<int32_t>(timer, "int32", 8192, 8192);
+}
