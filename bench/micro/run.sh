@@ -23,7 +23,7 @@
 #   bash bench/micro/run.sh reread_rows      reread_rows.cu
 #   bash bench/micro/run.sh column_walk      column_walk.cu
 #   bash bench/micro/run.sh column_finish    column_finish.cu
-#   bash bench/micro/run.sh selection_rows   selection_rows.cu
+#   bash bench/micro/run.sh costly_folds     costly_folds.cu
 set -euo pipefail
 cd "$(dirname "$0")"
 case ${1:-} in
@@ -49,8 +49,8 @@ case ${1:-} in
   reread_rows) sources="reread_rows.cu ../../csrc/launch/norms.cu" ;;
   column_walk) sources="column_walk.cu ../../csrc/launch/arrival_counters.cu" ;;
   column_finish) sources="column_finish.cu ../../csrc/launch/arrival_counters.cu" ;;
-  selection_rows) sources="selection_rows.cu ../../csrc/launch/arrival_counters.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|selection_rows" >&2; exit 2 ;;
+  costly_folds) sources="costly_folds.cu ../../csrc/launch/arrival_counters.cu" ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1"

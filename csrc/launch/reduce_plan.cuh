@@ -186,7 +186,7 @@ constexpr int kFullTileWidth = sizeof(In) == 2 || kEightRowFolds<Op, In> ? 0 : k
 // rescales by packs, argmax's runs) take 64 vectors a thread over two-byte
 // inputs and 32 over float32, not kRowVecsPerThread: fewer threads a row, so
 // fewer combines and more rounds of loads a thread. H200, µs, 8 -> 32 or 64
-// vectors a thread (bench/micro/selection_rows.cu): bfloat16 (8192, 8192)
+// vectors a thread (bench/micro/costly_folds.cu): bfloat16 (8192, 8192)
 // var_mean 39.8 -> 35.9, logsumexp 45.6 -> 37.3, argmax 50.7 -> 39.2;
 // (2048, 32768) 45.7 -> 36.7, 50.1 -> 38.5, 51.7 -> 40.6; (65536, 2048) 74.2
 // -> 66.6, 82.8 -> 69.9, 103.0 -> 75.0; float16 as bfloat16; float32 (8192,

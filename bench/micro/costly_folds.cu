@@ -1,10 +1,14 @@
-// Unsplit rows of the costly folds (var_mean, logsumexp, argmax; reduce_kernels.cuh's
-// rows kernel) at 8 to 128 vectors a thread, a block a row or a team of lanes
-// (a warp, 16, 8 or 4), beside a sum at 8 (reduce_plan.cuh's kRowVecs).
-// Prints µs and GB/s of the input, two rounds.
-// bash bench/micro/run.sh selection_rows
+// The costly folds (var_mean, logsumexp, argmax; reduce_kernels.cuh) beside
+// sum and aminmax: full reductions (the split-rows kernel) at 1 to 4 blocks
+// an SM, as many as are resident, and unsplit rows (the rows kernel) at 8 to
+// 128 vectors a thread, a block a row or a team of lanes (a warp, 16, 8 or
+// 4; reduce_plan.cuh's kRowVecs). Prints µs and GB/s of the input, two
+// rounds; `full`: the full reductions only.
+// bash bench/micro/run.sh costly_folds
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <string>
 
 #include "../../csrc/kernels/selection_ops.h"
 #include "../../csrc/kernels/statistic_ops.h"
@@ -74,6 +78,57 @@ void op_rows(const Rows& r, const char* name, const Op& op, int most = 128) {
   }
 }
 
+// A full reduction (reduce_split_rows_kernel: one row over a grid of
+// kAllThreads-thread blocks, the last to finish folding their partials) at
+// 1 to 4 blocks an SM, as many as are resident.
+template <typename Op, typename In, typename Sink>
+void time_full(const Rows& r, const char* name, const Op& op) {
+  using Acc = typename Op::acc_t;
+  int sm_count;
+  CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  const auto kernel = reduce_split_rows_kernel<Op, In, Sink>;
+  const int resident = std::min(std::max(resident_blocks(kernel, kAllThreads), 1), 4);
+  Acc* partials;
+  unsigned int* arrivals;
+  CHECK(cudaMalloc(&partials, sizeof(Acc) * sm_count * resident));
+  CHECK(cudaMalloc(&arrivals, sizeof(unsigned int)));
+  CHECK(cudaMemset(arrivals, 0, sizeof(unsigned int)));
+  const Sink sink = sink_of<Sink>(r);
+  for (int per_sm = 1; per_sm <= resident; ++per_sm) {
+    const int blocks = per_sm * sm_count;
+    const float us = r.timer.median_us([&] {
+      CHECK((launch_kernel(kernel, dim3(blocks), kAllThreads, 0, nullptr, After::Stream, static_cast<const In*>(r.x),
+                           r.len, partials, arrivals, sink, op)));
+    });
+    const int vecs = int(r.len / (16 / r.elem) / (int64_t(blocks) * kAllThreads));
+    std::printf("| %s | %s | (%lld,) | %d | %d blocks of %d | %d | %.2f | %.0f |\n", name, r.dtype, (long long)r.len,
+                vecs, blocks, kAllThreads, registers(kernel), us, double(r.len) * r.elem / (us * 1e3));
+  }
+  CHECK(cudaFree(arrivals));
+  CHECK(cudaFree(partials));
+}
+
+template <typename In>
+void whole(Timer& timer, const char* dtype, int64_t len) {
+  In* x;
+  void* out;
+  CHECK(cudaMalloc(&x, len * sizeof(In)));
+  CHECK(cudaMalloc(&out, 2 * sizeof(double)));
+  fill_uniform<<<1024, 256>>>(x, len, 7, -2.0f, 4.0f);
+  const Rows r{timer, dtype, 1, len, sizeof(In), x, out};
+  const ReduceParams params{};
+  using V = SelectValue<In>;
+  for (int round = 0; round < 2; ++round) {
+    time_full<SumOp<float>, In, float*>(r, "sum", {});
+    time_full<VarOp<float>, In, PairSink<In>>(r, "var_mean", VarOp<float>::make(params, len));
+    time_full<LogSumExpOp<float>, In, In*>(r, "logsumexp", LogSumExpOp<float>::make(params, len));
+    time_full<MinMaxOp<V>, In, PairSink<In>>(r, "aminmax", {});
+    time_full<ArgExtremumOp<V, true>, In, int64_t*>(r, "argmax", {});
+  }
+  CHECK(cudaFree(out));
+  CHECK(cudaFree(x));
+}
+
 template <typename In>
 void shape(Timer& timer, const char* dtype, int64_t rows, int64_t len) {
   In* x;
@@ -96,11 +151,15 @@ void shape(Timer& timer, const char* dtype, int64_t rows, int64_t len) {
   CHECK(cudaFree(x));
 }
 
-int main() {
+int main(int argc, char** argv) {
   Timer timer;
   std::printf(
       "| op | dtype | shape | vectors a thread | threads a row | registers | µs | GB/s |\n"
       "|---|---|---|---|---|---|---|---|\n");
+  whole<bf16>(timer, "bfloat16", 1 << 25);
+  whole<float>(timer, "float32", 1 << 25);
+  whole<bf16>(timer, "bfloat16", 1 << 27);
+  if (argc > 1 && std::string(argv[1]) == "full") return 0;
   shape<bf16>(timer, "bfloat16", 8192, 8192);
   shape<bf16>(timer, "bfloat16", 2048, 32768);
   shape<bf16>(timer, "bfloat16", 1024, 32768);
