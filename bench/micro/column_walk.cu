@@ -2,12 +2,15 @@
 // for the ops of the family over each input width: as the plan runs it (both
 // passes), compiled for full tiles of 32 threads, the same tiles at a
 // run-time width, narrower tiles, and (per op) half the columns a thread or
-// twice the rows in flight (bytes of any/all: 8 rows folded as a word),
-// each at the segments its own occupancy gives
-// (the plan's rule), beside a read of the same bytes. Prints µs and GB/s of
-// the input, two rounds. bash bench/micro/run.sh column_walk
+// twice the rows in flight (bytes of any/all: 8 rows folded as a word; wide
+// accumulators: twice the columns), each at the segments its own occupancy
+// gives (the plan's rule), beside a read of the same bytes. Prints µs and
+// GB/s of the input, two rounds; an op's name as the argument probes it
+// alone. bash bench/micro/run.sh column_walk [op]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstring>
 
 #include "../../csrc/kernels/selection_ops.h"
 #include "../../csrc/kernels/statistic_ops.h"
@@ -62,10 +65,14 @@ void first_pass(const Problem& p, const Op& op, int tile_threads = kTile) {
   p.row(what, registers(kernel), resident, int64_t(grid.x) * grid.y, us);
 }
 
+// The op to probe alone (the command line's argument), or every op.
+const char* only_op = nullptr;
+
 template <typename Op, typename In, typename Sink>
 void shapes(Timer& timer, int sm_count, const char* name, const char* dtype, int64_t len, int64_t inner,
             const Op& op, bool brief = false) {
   using Acc = typename Op::acc_t;
+  if (only_op && std::strcmp(only_op, name) != 0) return;
   const ColumnCase<In, Sink> c(len, inner);
   void* workspace;
   CHECK(cudaMalloc(&workspace, (len / kMinColumnSegmentRows + 1) * inner * sizeof(Acc)));
@@ -80,6 +87,12 @@ void shapes(Timer& timer, int sm_count, const char* name, const char* dtype, int
   if (!brief) {
     if constexpr (kPack >= 2) first_pass<Op, In, kPack / 2, 0, 8>(p, op, kColumnTile / 2);
     if constexpr (kPack <= 4) first_pass<Op, In, kPack, 0, 8>(p, op, kColumnTile / 2);
+  }
+  if constexpr (sizeof(Acc) == 16 && 2 * kPack <= Vec16<In>::kSize) {
+    // Wide accumulators at twice the columns a thread (16-byte loads of
+    // two-byte columns).
+    first_pass<Op, In, 2 * kPack, 0, 4>(p, op, kColumnTile);
+    first_pass<Op, In, 2 * kPack, 0, 4>(p, op, kColumnTile / 2);
   }
   if constexpr (sizeof(In) == 1 && FoldsPacks<Op, In, 8>::value) {
     // Bytes folded 8 rows at once (a word a column).
@@ -118,7 +131,8 @@ void other_types(Timer& timer, int sm_count, int64_t len, int64_t inner) {
   shapes<MeanOp<float>, bf16, bf16*>(timer, sm_count, "mean", "bf16", len, inner, MeanOp<float>::make({}, len), true);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) only_op = argv[1];
   Timer timer;
   int sm_count = 0;
   CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));

@@ -53,4 +53,4 @@ case ${1:-} in
   *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
-"/tmp/probe_$1"
+"/tmp/probe_$1" "${@:2}"
