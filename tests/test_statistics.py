@@ -93,12 +93,13 @@ def test_moments_of_many_long_rows(device, dtype, length):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (26000, 2050)), (torch.float16, (13000, 4100)),
-                                         (torch.float32, (13000, 2052)), (torch.bfloat16, (1100, 40000))], ids=str)
+                                         (torch.float32, (13000, 2052)), (torch.bfloat16, (1100, 40000)),
+                                         (torch.bfloat16, (40000, 1001)), (torch.float32, (60000, 1000))], ids=str)
 def test_costly_folds_of_many_rows(dtype, shape):
-    # The folds that take more vectors a thread (reduce_plan.cuh's kRowVecs):
-    # rows in teams of 4, 8 and 16 lanes on a GPU of 132 SMs, and in blocks,
-    # far from zero, with ties, and at an unaligned offset (a head and a tail
-    # folded element by element).
+    # The folds that take more vectors a thread (reduce_plan.cuh's kRowVecs,
+    # kTeamVecs): long and short rows in teams of 4, 8 and 16 lanes on a GPU
+    # of 132 SMs, and in blocks, far from zero, with ties, and at an
+    # unaligned offset (a head and a tail folded element by element).
     base = (random_tensor(shape, torch.float64, "cuda") * 3 + 100).to(dtype)
     ties = random_tensor(shape, torch.int64, "cuda", low=-3, high=3).to(dtype)
     for x, tied in ((base, ties), (offset_view(base, 1), offset_view(ties, 3))):

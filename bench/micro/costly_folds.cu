@@ -63,11 +63,27 @@ void time_rows(const Rows& r, const char* name, const Op& op, int threads) {
               registers(kernel), us, gbs);
 }
 
-// The op at 8 to 128 vectors a thread (teams of at least 4 lanes).
+// float32 var_mean rows in reduce_moment_rows_kernel's blocks (512 threads,
+// three an SM), as the plan runs rows of 512 threads or more.
+void moment_rows(const Rows& r) {
+  using Op = VarOp<float>;
+  const auto kernel = reduce_moment_rows_kernel<Op, float, PairSink<float>>;
+  const PairSink<float> sink = sink_of<PairSink<float>>(r);
+  const Op op = Op::make({}, r.len);
+  const float us = r.timer.median_us([&] {
+    CHECK((launch_kernel(kernel, r.rows, kMomentRowThreads, 0, nullptr, After::Stream, static_cast<const float*>(r.x),
+                         r.rows, r.len, sink, op)));
+  });
+  std::printf("| var_mean | %s | (%lld, %lld) | %d | moment rows of %d | %d | %.2f | %.0f |\n", r.dtype,
+              (long long)r.rows, (long long)r.len, int(r.len / 4 / kMomentRowThreads), kMomentRowThreads,
+              registers(kernel), us, double(r.rows) * r.len * r.elem / (us * 1e3));
+}
+
+// The op at 4 to 128 vectors a thread (teams of at least 4 lanes).
 template <typename Op, typename In, typename Sink>
 void op_rows(const Rows& r, const char* name, const Op& op, int most = 128) {
   const int64_t vecs = r.len / (16 / r.elem);
-  for (int per_thread = 8; per_thread <= most; per_thread *= 2) {
+  for (int per_thread = 4; per_thread <= most; per_thread *= 2) {
     const int64_t threads = vecs / per_thread;
     if (threads > kRowThreads || threads < 4) continue;
     if (threads >= 64) time_rows<Op, In, Sink, 0>(r, name, op, int(threads));
@@ -146,6 +162,8 @@ void shape(Timer& timer, const char* dtype, int64_t rows, int64_t len) {
       op_rows<LogSumExpOp<float>, In, In*>(r, "logsumexp", LogSumExpOp<float>::make(params, len));
     }
     op_rows<ArgExtremumOp<V, true>, In, int64_t*>(r, "argmax", {});
+    if constexpr (std::is_same_v<In, float>)
+      if (len >= 4 * kMomentRowThreads) moment_rows(r);
   }
   CHECK(cudaFree(out));
   CHECK(cudaFree(x));
@@ -156,10 +174,32 @@ int main(int argc, char** argv) {
   std::printf(
       "| op | dtype | shape | vectors a thread | threads a row | registers | µs | GB/s |\n"
       "|---|---|---|---|---|---|---|---|\n");
-  whole<bf16>(timer, "bfloat16", 1 << 25);
-  whole<float>(timer, "float32", 1 << 25);
-  whole<bf16>(timer, "bfloat16", 1 << 27);
-  if (argc > 1 && std::string(argv[1]) == "full") return 0;
+  const std::string section = argc > 1 ? argv[1] : "";
+  if (section.empty() || section == "full") {
+    whole<bf16>(timer, "bfloat16", 1 << 25);
+    whole<float>(timer, "float32", 1 << 25);
+    whole<bf16>(timer, "bfloat16", 1 << 27);
+  }
+  if (section == "full") return 0;
+  if (section == "float") {
+    shape<float>(timer, "float32", 2048, 32768);
+    shape<float>(timer, "float32", 1024, 32768);
+    shape<float>(timer, "float32", 4096, 16384);
+    shape<float>(timer, "float32", 8192, 8192);
+    shape<float>(timer, "float32", 16384, 4096);
+    shape<float>(timer, "float32", 32768, 2048);
+    shape<float>(timer, "float32", 65536, 1024);
+    shape<float>(timer, "float32", 131072, 512);
+    shape<float>(timer, "float32", 262144, 256);
+    return 0;
+  }
+  if (section == "short") {
+    shape<bf16>(timer, "bfloat16", 65536, 1024);
+    shape<bf16>(timer, "bfloat16", 131072, 512);
+    shape<float>(timer, "float32", 65536, 1024);
+    shape<float>(timer, "float32", 131072, 512);
+    return 0;
+  }
   shape<bf16>(timer, "bfloat16", 8192, 8192);
   shape<bf16>(timer, "bfloat16", 2048, 32768);
   shape<bf16>(timer, "bfloat16", 1024, 32768);

@@ -20,8 +20,9 @@ namespace reduce_plan {
 constexpr int kRowThreads = 512;
 constexpr int kRowBlocksPerSm = 4;
 constexpr int kRowVecsPerThread = 8;    // unsplit long rows: vectors per thread at least
-constexpr int kRowFillThreads = 768;    // unsplit rows of the costly folds: threads an SM at least
+constexpr int kRowFillThreads = 768;    // rows of the costly folds: threads an SM at least
 constexpr int kTeamRowMaxLen = 1024;    // rows up to this length get a team of lanes each
+constexpr int kTeamVecsPerLane = 4;     // short rows: vectors a lane at most
 constexpr int64_t kMinSegment = 4096;   // elements: below this a split costs more than it buys
 constexpr int64_t kMinColumnSegmentRows = 128;  // fewer partials per column: a cheaper second pass
 
@@ -65,7 +66,8 @@ struct KernelFacts {
   int columns_packed;  // packs, 32 threads across
   int columns_narrow;  // packs, fewer threads across
   int column_pack;
-  int row_vecs;  // unsplit long rows: vectors a thread at least (kRowVecs)
+  int row_vecs;   // unsplit long rows: vectors a thread at least (kRowVecs)
+  int team_vecs;  // short rows: vectors a lane at most (kTeamVecs)
 };
 
 inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, const KernelFacts& facts) {
@@ -81,11 +83,16 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, co
     return {Plan::Layout::All, std::max<int64_t>(blocks, 1), p.len, 0, 1};
   }
   if (p.inner == 1) {
+    const int64_t vecs = ceil_div(p.len, vec);
+    // Whether a grid of `threads` a row keeps kRowFillThreads threads an SM.
+    const auto fills = [&](int64_t threads) { return p.outer * threads >= int64_t(sm_count) * kRowFillThreads; };
     if (p.len <= kTeamRowMaxLen) {
-      // The smallest team that gives each lane at most 4 vectors.
-      const int64_t vecs = ceil_div(p.len, vec);
+      // The smallest team that gives each lane at most facts.team_vecs
+      // vectors; the costly folds' (more vectors a lane) no smaller than
+      // fills the GPU.
+      const bool costly = facts.team_vecs > kTeamVecsPerLane;
       int team = 4;
-      while (team < 32 && team * 4 < vecs) team *= 2;
+      while (team < 32 && (int64_t(team) * facts.team_vecs < vecs || (costly && !fills(team)))) team *= 2;
       return {Plan::Layout::Rows, 1, p.len, team, 1};
     }
     if (p.outer >= int64_t(sm_count) * kRowBlocksPerSm) {
@@ -93,14 +100,12 @@ inline Plan make_plan(const ReduceProblem& p, size_t elem_size, int sm_count, co
       // still give each facts.row_vecs vectors, so the loads, not the
       // block's combine tree (ten levels of a Welford merge or a rescale
       // at 512 threads), set the pace; a warp per row at the least, or for
-      // the costly folds (more vectors a thread) a team of 4 lanes, while
-      // the grid keeps kRowFillThreads threads an SM.
-      const int64_t vecs = ceil_div(p.len, vec);
+      // the costly folds (more vectors a thread) a team of 4 lanes, no
+      // fewer than fill the GPU.
       const bool costly = facts.row_vecs > kRowVecsPerThread;
       const int least = costly ? 4 : kWarpSize;
       int threads = kRowThreads;
-      while (threads > least && int64_t(threads) * facts.row_vecs > vecs &&
-             (!costly || p.outer * (threads / 2) >= int64_t(sm_count) * kRowFillThreads))
+      while (threads > least && int64_t(threads) * facts.row_vecs > vecs && (!costly || fills(threads / 2)))
         threads /= 2;
       if (threads <= kWarpSize) return {Plan::Layout::Rows, 1, p.len, threads, 1};
       return {Plan::Layout::Rows, 1, p.len, 0, 1, threads};
@@ -182,25 +187,30 @@ constexpr int kColumnPack =
 template <typename Op, typename In>
 constexpr int kFullTileWidth = sizeof(In) == 2 || kEightRowFolds<Op, In> ? 0 : kColumnTile;
 
-// Unsplit long rows of the costly folds (var's moments and logsumexp's
-// rescales by packs, argmax's runs) take 64 vectors a thread over two-byte
-// inputs and 32 over float32, not kRowVecsPerThread: fewer threads a row, so
-// fewer combines and more rounds of loads a thread. H200, µs, 8 -> 32 or 64
+// The costly folds (var's moments and logsumexp's rescales by packs,
+// argmax's runs) over two-byte inputs and float32 take 64 or 32 vectors a
+// thread (16 bytes each), not kRowVecsPerThread (long rows) nor
+// kTeamVecsPerLane (short rows): fewer threads a row, so fewer combines and
+// more rounds of loads a thread. H200, µs, as the plan ran them -> 32 or 64
 // vectors a thread (bench/micro/costly_folds.cu): bfloat16 (8192, 8192)
 // var_mean 39.8 -> 35.9, logsumexp 45.6 -> 37.3, argmax 50.7 -> 39.2;
 // (2048, 32768) 45.7 -> 36.7, 50.1 -> 38.5, 51.7 -> 40.6; (65536, 2048) 74.2
-// -> 66.6, 82.8 -> 69.9, 103.0 -> 75.0; float16 as bfloat16; float32 (8192,
-// 8192) logsumexp 69.8 -> 66.2, argmax 67.7 -> 66.5; (32768, 2048) 71.1 ->
-// 66.2, 69.9 -> 66.2. float32 var (reduce_moment_rows_kernel's rows) ties at
-// every count and int32 argmax loses 1%: they keep 8. Fewer than
-// kRowFillThreads threads an SM lose: bfloat16 (1024, 32768) logsumexp 22.4
-// at 128 threads a row, 24.2 at 64.
+// -> 66.6, 82.8 -> 69.9, 103.0 -> 75.0; (65536, 1024) 46.7 -> 36.3, 54.6 ->
+// 38.5, 64.1 -> 44.1; float16 as bfloat16; float32 (8192, 8192) logsumexp
+// 69.8 -> 66.2, argmax 67.7 -> 66.5; (32768, 2048) 71.1 -> 66.2, 69.9 ->
+// 66.2; (131072, 512) var_mean 76.2 -> 67.4, logsumexp 73.3 -> 66.8, argmax
+// 72.3 -> 67.5. float32 var's long rows (reduce_moment_rows_kernel's at 512
+// threads) move by -2% to +4% and keep 8; int32 argmax loses 1% and keeps
+// 8. Fewer than kRowFillThreads threads an SM lose: bfloat16 (1024, 32768)
+// logsumexp 22.4 at 128 threads a row, 24.2 at 64.
 template <typename Op, typename In>
-constexpr int kRowVecs =
+constexpr bool kCostlyFold =
     (FoldsPacks<Op, In, 4 * Vec16<In>::kSize>::value || FoldsRuns<Op, In, Vec16<In>::kSize>::value) &&
-            !kMomentRows<Op, In> && (sizeof(In) == 2 || std::is_same_v<In, float>)
-        ? 128 / sizeof(In)
-        : kRowVecsPerThread;
+    (sizeof(In) == 2 || std::is_same_v<In, float>);
+template <typename Op, typename In>
+constexpr int kRowVecs = kCostlyFold<Op, In> && !kMomentRows<Op, In> ? 128 / sizeof(In) : kRowVecsPerThread;
+template <typename Op, typename In>
+constexpr int kTeamVecs = kCostlyFold<Op, In> ? 128 / sizeof(In) : kTeamVecsPerLane;
 
 template <typename Op, typename In, typename Sink>
 const KernelFacts& kernel_facts() {
@@ -213,7 +223,7 @@ const KernelFacts& kernel_facts() {
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<Op, In>, kColumnThreads, kRows>,
              kColumnThreads),
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, 0, kColumnThreads, kRows>, kColumnThreads), kPack,
-      kRowVecs<Op, In>};
+      kRowVecs<Op, In>, kTeamVecs<Op, In>};
   return facts;
 }
 
