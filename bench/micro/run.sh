@@ -24,6 +24,7 @@
 #   bash bench/micro/run.sh column_walk      column_walk.cu
 #   bash bench/micro/run.sh column_finish    column_finish.cu
 #   bash bench/micro/run.sh costly_folds     costly_folds.cu
+#   bash bench/micro/run.sh row_sums         row_sums.cu
 set -euo pipefail
 cd "$(dirname "$0")"
 case ${1:-} in
@@ -50,7 +51,8 @@ case ${1:-} in
   column_walk) sources="column_walk.cu ../../csrc/launch/arrival_counters.cu" ;;
   column_finish) sources="column_finish.cu ../../csrc/launch/arrival_counters.cu" ;;
   costly_folds) sources="costly_folds.cu ../../csrc/launch/arrival_counters.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds" >&2; exit 2 ;;
+  row_sums) sources="row_sums.cu ../../csrc/launch/arrival_counters.cu" ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds|row_sums" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1" "${@:2}"

@@ -125,8 +125,9 @@ __device__ __forceinline__ Acc fold_vec(const Op& op, Acc acc, const VecN<In, N>
 // Reduces data[0, n) cooperatively: thread `rank` of `team` threads folds its
 // share into `acc`; element i has index first_index + i (for argmax). The
 // body uses 16-byte loads, kUnroll of them in flight per thread; the
-// unaligned head (storage offsets) and the tail go element-wise.
-template <typename Op, int kUnroll = 4, typename In, typename Acc = typename Op::acc_t>
+// unaligned head (storage offsets) and the tail go element-wise. kTrees:
+// whether full rounds take the op's fold_tree where it has one.
+template <typename Op, int kUnroll = 4, bool kTrees = true, typename In, typename Acc = typename Op::acc_t>
 __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64_t n, int64_t rank,
                                               int64_t team, Acc acc, const Op& op = Op{},
                                               int64_t first_index = 0) {
@@ -152,15 +153,17 @@ __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64
     Vec16<In> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) v[u] = vecs[base + u * team];
-    if constexpr (FoldsPacks<Op, In, kUnroll * kVec>::value) {
+    constexpr bool kTree = kTrees && FoldsTrees<Op, In, kUnroll * kVec>::value;
+    if constexpr (FoldsPacks<Op, In, kUnroll * kVec>::value || kTree) {
       // The whole round as one pack: one Welford division or rescale a
-      // round, not one a vector.
+      // round, not one a vector; a sum's adds as a tree.
       VecN<In, kUnroll * kVec> round;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
         for (int k = 0; k < kVec; ++k) round.elem[u * kVec + k] = v[u].elem[k];
-      acc = fold_vec(op, acc, round, first_index + base * kVec);
+      if constexpr (FoldsPacks<Op, In, kUnroll * kVec>::value) acc = fold_vec(op, acc, round, first_index + base * kVec);
+      else acc = op.fold_tree(acc, round.elem, first_index + base * kVec);
     } else {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) acc = fold_vec(op, acc, v[u], first_index + (base + u * team) * kVec);

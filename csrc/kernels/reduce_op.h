@@ -47,6 +47,9 @@ FR_HOST_DEVICE A widen_to(In x) {
 //   optionally fold_pack(acc, const In (&pack)[N], index): N elements at
 //   once, paying a per-step cost (a division, a rescale) once per pack;
 //   such ops ignore indices, so a pack's elements need not be adjacent.
+//   optionally fold_tree(acc, const In (&round)[N], index): N elements
+//   added pairwise, then to acc (sums of float32: no chain of N dependent
+//   adds);
 //   optionally fold_run(acc, const In (&run)[N], index): N elements of
 //   consecutive indices from `index` at once (argmax: the run's extreme
 //   first, an index only where it can win). The GPU kernels take it; the
@@ -60,6 +63,14 @@ struct FoldsPacks : std::false_type {};
 template <typename Op, typename In, int N>
 struct FoldsPacks<Op, In, N,
                   std::void_t<decltype(std::declval<const Op&>().fold_pack(
+                      std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
+    : std::true_type {};
+// Whether Op has fold_tree for rounds of N elements of In.
+template <typename Op, typename In, int N, typename = void>
+struct FoldsTrees : std::false_type {};
+template <typename Op, typename In, int N>
+struct FoldsTrees<Op, In, N,
+                  std::void_t<decltype(std::declval<const Op&>().fold_tree(
                       std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
     : std::true_type {};
 // Whether Op has fold_run for runs of N elements of In.
@@ -105,15 +116,37 @@ struct PairSink {
   B* second;
 };
 
+// Sums of float32 add a round of a thread's loads (16 elements) as a tree
+// before joining the accumulator: one add an element as before, but not 16
+// in a dependent chain, which short rows' teams (512-thread blocks, three an
+// SM) could not hide. H200, µs, float32 sum dim 1, 256 MiB
+// (bench/micro/row_sums.cu): rows of 128 69.1 -> 64.5, 256 68.9 -> 63.7, 512
+// 68.7 -> 62.3, 768 68.6 -> 66.7, 1024 65.9 -> 62.6; rows of one block,
+// split rows and full sums tie; two-byte inputs gained nothing and keep the
+// chain (teams of 4 lanes too: reduce_rows).
 template <typename Acc>
-struct SumOp : ElementwiseOp<SumOp<Acc>, Acc> {
+struct AddsInTree {
+  template <typename In, int N>
+  FR_HOST_DEVICE std::enable_if_t<std::is_same_v<In, float>, Acc> fold_tree(Acc acc, const In (&round)[N],
+                                                                            int64_t) const {
+    static_assert((N & (N - 1)) == 0, "rounds of a power of two");
+    Acc part[N];
+    for (int k = 0; k < N; ++k) part[k] = static_cast<Acc>(round[k]);
+    for (int width = N / 2; width > 0; width /= 2)
+      for (int k = 0; k < width; ++k) part[k] += part[k + width];
+    return acc + part[0];
+  }
+};
+
+template <typename Acc>
+struct SumOp : ElementwiseOp<SumOp<Acc>, Acc>, AddsInTree<Acc> {
   FR_HOST_DEVICE static Acc identity() { return Acc(0); }
   FR_HOST_DEVICE static Acc combine(Acc a, Acc b) { return a + b; }
 };
 
 // Like torch's MeanOps: a sum, multiplied by 1/count at the end.
 template <typename Acc>
-struct MeanOp : ElementwiseOp<MeanOp<Acc>, Acc> {
+struct MeanOp : ElementwiseOp<MeanOp<Acc>, Acc>, AddsInTree<Acc> {
   Acc inv_count;
   FR_HOST_DEVICE static Acc identity() { return Acc(0); }
   FR_HOST_DEVICE static Acc combine(Acc a, Acc b) { return a + b; }
