@@ -19,13 +19,6 @@ using namespace fastreduce;
 using namespace fastreduce::reduce_plan;
 using bf16 = __nv_bfloat16;
 
-template <typename Kernel>
-int registers(Kernel kernel) {
-  cudaFuncAttributes attributes;
-  CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  return attributes.numRegs;
-}
-
 struct Rows {
   Timer& timer;
   const char* dtype;

@@ -32,6 +32,14 @@ float largest_difference(const T* device, const std::vector<T>& host) {
   return worst;
 }
 
+// The registers a thread of `kernel` takes.
+template <typename Kernel>
+int registers(Kernel kernel) {
+  cudaFuncAttributes attributes;
+  CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return attributes.numRegs;
+}
+
 // data[i] in [low, low + span), a hash of i and seed.
 template <typename T>
 __global__ void fill_uniform(T* data, int64_t n, uint32_t seed, float low, float span) {
