@@ -20,7 +20,9 @@ int main() {
   Timer timer;
   int sm_count;
   CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("| shape | dim | plan | chain µs | tree µs | tree GB/s | largest difference |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| shape | dim | plan | chain µs | tree µs | tree GB/s | largest difference |\n"
+      "|---|---|---|---|---|---|---|\n");
   const int64_t total = int64_t(1) << 26;
   float *x, *out;
   void* workspace;

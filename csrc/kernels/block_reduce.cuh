@@ -162,8 +162,8 @@ __device__ __forceinline__ Acc strided_reduce(const In* __restrict__ data, int64
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
         for (int k = 0; k < kVec; ++k) round.elem[u * kVec + k] = v[u].elem[k];
-      if constexpr (FoldsPacks<Op, In, kUnroll * kVec>::value) acc = fold_vec(op, acc, round, first_index + base * kVec);
-      else acc = op.fold_tree(acc, round.elem, first_index + base * kVec);
+      if constexpr (kTree) acc = op.fold_tree(acc, round.elem, first_index + base * kVec);
+      else acc = fold_vec(op, acc, round, first_index + base * kVec);
     } else {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) acc = fold_vec(op, acc, v[u], first_index + (base + u * team) * kVec);

@@ -100,7 +100,7 @@ __device__ __forceinline__ void reduce_rows(const In* __restrict__ x, int64_t ro
   const int64_t team = kWholeBlock ? blockDim.x : kTeam;
   // Teams of 4 lanes (rows of up to 64 floats) keep the chain of adds: with
   // fold_tree compiled in they ran 8-20% slower, though at the same
-  // registers and, at 32 floats, without a full round (row_sums.cu).
+  // registers and, at 32 floats, without a full round (bench/micro/row_sums.cu).
   constexpr bool kTrees = kTeam == 0 || kTeam >= 8;
   Acc acc = strided_reduce<Op, 4, kTrees>(x + (valid ? row * row_len : 0), valid ? row_len : 0, rank, team,
                                           Op::identity(), op);
