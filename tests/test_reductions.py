@@ -124,8 +124,8 @@ def test_plan_shapes(device, shape, dtype):
     x = random_tensor(shape, dtype, device)
     for dim in (0, 1):
         if dtype.is_floating_point:
-            check_sum_like(fr.sum(x, dim), x, lambda t: torch.sum(t, dim))
-            check_sum_like(fr.mean(x, dim), x, lambda t: torch.mean(t, dim))
+            check_sum_like(fr.sum(x, dim), x, lambda t, dim=dim: torch.sum(t, dim))
+            check_sum_like(fr.mean(x, dim), x, lambda t, dim=dim: torch.mean(t, dim))
         else:
             check_exact(fr.sum(x, dim), torch.sum(x, dim))
         check_exact(fr.amax(x, dim), torch.amax(x, dim))
