@@ -57,30 +57,27 @@ FR_HOST_DEVICE A widen_to(In x) {
 //   there ran 3x slower than the element fold).
 // Most ops fold an element by combining it as an accumulator and store one
 // value; ElementwiseOp gives them that.
-// Whether Op has fold_pack for packs of N elements of In.
-template <typename Op, typename In, int N, typename = void>
-struct FoldsPacks : std::false_type {};
+// Whether Call<Op, In, N>, the type of a call, is well formed.
+template <template <typename, typename, int> class Call, typename Op, typename In, int N, typename = void>
+struct Detected : std::false_type {};
+template <template <typename, typename, int> class Call, typename Op, typename In, int N>
+struct Detected<Call, Op, In, N, std::void_t<Call<Op, In, N>>> : std::true_type {};
 template <typename Op, typename In, int N>
-struct FoldsPacks<Op, In, N,
-                  std::void_t<decltype(std::declval<const Op&>().fold_pack(
-                      std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
-    : std::true_type {};
-// Whether Op has fold_tree for rounds of N elements of In.
-template <typename Op, typename In, int N, typename = void>
-struct FoldsTrees : std::false_type {};
+using FoldPackCall = decltype(std::declval<const Op&>().fold_pack(std::declval<typename Op::acc_t>(),
+                                                                  std::declval<const In (&)[N]>(), int64_t()));
 template <typename Op, typename In, int N>
-struct FoldsTrees<Op, In, N,
-                  std::void_t<decltype(std::declval<const Op&>().fold_tree(
-                      std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
-    : std::true_type {};
-// Whether Op has fold_run for runs of N elements of In.
-template <typename Op, typename In, int N, typename = void>
-struct FoldsRuns : std::false_type {};
+using FoldTreeCall = decltype(std::declval<const Op&>().fold_tree(std::declval<typename Op::acc_t>(),
+                                                                  std::declval<const In (&)[N]>(), int64_t()));
 template <typename Op, typename In, int N>
-struct FoldsRuns<Op, In, N,
-                 std::void_t<decltype(std::declval<const Op&>().fold_run(
-                     std::declval<typename Op::acc_t>(), std::declval<const In (&)[N]>(), int64_t()))>>
-    : std::true_type {};
+using FoldRunCall = decltype(std::declval<const Op&>().fold_run(std::declval<typename Op::acc_t>(),
+                                                                std::declval<const In (&)[N]>(), int64_t()));
+// Whether Op has fold_pack (fold_tree, fold_run) for N elements of In.
+template <typename Op, typename In, int N>
+using FoldsPacks = Detected<FoldPackCall, Op, In, N>;
+template <typename Op, typename In, int N>
+using FoldsTrees = Detected<FoldTreeCall, Op, In, N>;
+template <typename Op, typename In, int N>
+using FoldsRuns = Detected<FoldRunCall, Op, In, N>;
 
 template <typename Op, typename Acc>
 struct ElementwiseOp {

@@ -48,7 +48,7 @@ struct ArgExtremumOp {
     V raw[N];
     for (int k = 0; k < N; ++k) raw[k] = widen_to<V>(run[k]);
     V best = raw[0];
-    for (int k = 1; k < N; ++k) best = kMax ? MaxOp<V>::combine(best, raw[k]) : MinOp<V>::combine(best, raw[k]);
+    for (int k = 1; k < N; ++k) best = Extreme::combine(best, raw[k]);
     const bool best_nan = best != best;
     if (!best_nan && (acc.value != acc.value || (kMax ? best < acc.value : best > acc.value))) return acc;
     int first = 0;
