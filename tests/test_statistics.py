@@ -362,6 +362,46 @@ def test_argmax_argmin_within_runs(device, dtype):
         assert torch.equal(fr.argmin(x, 1), torch.argmin(x, 1)), position
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int64], ids=str)
+@pytest.mark.parametrize("rows,columns", [(70, 8), (1025, 33), (3000, 768), (20000, 64)], ids=str)
+def test_argmax_argmin_down_columns(device, dtype, rows, columns):
+    # A column's rows fold in order on the GPU, each lane's first through the
+    # full tie rule, the rest as later ones: winners, later ties and NaNs at
+    # the first rows of lanes and anywhere else; columns of one value, the
+    # extremes of the type included (-inf for argmax, the lowest integer).
+    generator = torch.Generator().manual_seed(rows + columns)
+    floating = dtype.is_floating_point
+    info = torch.finfo(dtype) if floating else torch.iinfo(dtype)
+    lowest, highest = (-math.inf, math.inf) if floating else (info.min, info.max)
+    base = torch.randint(-50, 50, (rows, columns), generator=generator).to(dtype)
+    winners = torch.randint(0, rows, (columns,), generator=generator)
+    winners[: min(columns, 6)] = torch.tensor([0, 1, 2, 31, 64, rows - 1])[: min(columns, 6)].clamp(max=rows - 1)
+    for c in range(columns):
+        w = int(winners[c])
+        kind = c % 6
+        if kind == 0:
+            base[w, c] = 100
+            base[min(w + 1 + c % 7, rows - 1), c] = 100
+        elif kind == 1:
+            base[w, c] = -100
+        elif kind == 2:
+            base[:, c] = lowest
+        elif kind == 3:
+            base[:, c] = highest
+            base[w, c] = lowest
+        elif kind == 4:
+            base[:, c] = 7
+        elif floating:
+            base[w, c] = base[min(w + 3, rows - 1), c] = math.nan
+    for x in (base.to(device), offset_view(base.to(device), 1), base.to(device).view(rows, 1, columns)):
+        assert torch.equal(fr.argmax(x, 0), torch.argmax(x, 0))
+        assert torch.equal(fr.argmin(x, 0), torch.argmin(x, 0))
+    tall = base.to(device).view(rows, columns, 1).expand(rows, columns, 2).contiguous()
+    assert torch.equal(fr.argmax(tall, 0), torch.argmax(tall, 0))
+    assert torch.equal(fr.argmin(tall, 1), torch.argmin(tall, 1))
+
+
 # ---- any, all
 
 

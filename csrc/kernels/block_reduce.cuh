@@ -122,6 +122,15 @@ __device__ __forceinline__ Acc fold_vec(const Op& op, Acc acc, const VecN<In, N>
   }
 }
 
+// x joins acc, which holds an element already, x's index after all of
+// acc's (a thread's rows of a column, in order): through the op's
+// fold_later where it has one.
+template <typename Op, typename In, typename Acc = typename Op::acc_t>
+__device__ __forceinline__ Acc fold_later(const Op& op, Acc acc, In x, int64_t index) {
+  if constexpr (FoldsLater<Op, In>::value) return op.fold_later(acc, x, index);
+  else return op.fold(acc, x, index);
+}
+
 // Reduces data[0, n) cooperatively: thread `rank` of `team` threads folds its
 // share into `acc`; element i has index first_index + i (for argmax). The
 // body uses 16-byte loads, kUnroll of them in flight per thread; the

@@ -181,7 +181,20 @@ __global__ void __launch_bounds__(kThreads)
   if (column < inner) {
     const auto* packs = reinterpret_cast<const Pack*>(x + o * len * inner + column);
     const int64_t row_stride = inner / kVec;
-    for (int64_t base = begin + ty; base < end; base += kUnroll * lanes) {
+    int64_t base = begin + ty;
+    if constexpr (FoldsLater<Op, In>::value) {
+      // The rows come in order: after a thread's first row, the rest fold
+      // as later ones, with no tie of indices to break (argmax: half the
+      // instructions an element, bf16 (65536, 768) dim 0 on the H200 49.4
+      // -> 40.4 µs; testing each fold for the identity instead kept 1 µs).
+      if (base < end) {
+        const Pack v = packs[base * row_stride];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) acc[k] = op.fold(acc[k], v.elem[k], base);
+      }
+      base += lanes;
+    }
+    for (; base < end; base += kUnroll * lanes) {
       Pack v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -205,7 +218,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kUnroll; ++u)
         if (base + u * lanes < end) {
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) acc[k] = op.fold(acc[k], v[u].elem[k], base + u * lanes);
+          for (int k = 0; k < kVec; ++k) acc[k] = fold_later(op, acc[k], v[u].elem[k], base + u * lanes);
         }
     }
   }

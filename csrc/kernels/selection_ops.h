@@ -55,6 +55,14 @@ struct ArgExtremumOp {
     while (first < N - 1 && !(best_nan ? raw[first] != raw[first] : raw[first] == best)) ++first;
     return combine(acc, {best, index + first});
   }
+  // x after every index in acc, which holds an element (not the identity):
+  // only a better value, or a first NaN, takes its place.
+  template <typename In>
+  FR_HOST_DEVICE acc_t fold_later(acc_t acc, In x, int64_t index) const {
+    const V value = widen_to<V>(x);
+    const bool better = !(kMax ? value <= acc.value : value >= acc.value) && acc.value == acc.value;
+    return better ? acc_t{value, index} : acc;
+  }
   // acc joined with `top`, the extreme of x[0, n) (indices from `index`):
   // only where top beats or ties acc (rare past the first blocks) is x
   // searched for the first index holding it. The CPU's blocks take it.
