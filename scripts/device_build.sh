@@ -21,14 +21,18 @@ if [[ ! -x $venv/bin/python ]]; then
 fi
 # The working tree as a run sends it: tracked and untracked, not ignored, files
 # (the sources' folders emptied first, so that a file deleted here is gone there
-# too; the copies keep their times, so the build redoes only what changed).
+# too; the copies keep their times, so the build redoes only what changed). A
+# file whose content changed is touched there: edited while the last build ran,
+# its time can be older than the object built from its former content.
 mkdir -p "$tree"
+(cd "$tree" && find csrc include cmake -type f -print0 2>/dev/null | xargs -0 -r sha256sum) > "$tree.sums" || true
 rm -rf "$tree/csrc" "$tree/include" "$tree/cmake"
 git ls-files -z --cached --others --exclude-standard |
   tar --null --ignore-failed-read -T - -cf - | tar -xf - -C "$tree"
+(cd "$tree" && sha256sum -c "$tree.sums" 2>/dev/null | sed -n 's/: FAILED$//p' | xargs -r touch)
 (cd "$tree" && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-2} \
   "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps -e .)
 mkdir -p .device_build
 cp "$tree"/fastreduce_torch/{_C.cpython-312-x86_64-linux-gnu.so,libfastreduce_ops.so,libfastreduce_cpu_avx512.so,_build_info.py} .device_build/
-bash scripts/source_hash.sh > .device_build/sources.sha256
+bash "$tree/scripts/source_hash.sh" > .device_build/sources.sha256  # the sources built, not the tree's now
 echo "built for the GPU machine: $(du -sh .device_build | cut -f1) in .device_build (carry it)"
