@@ -298,6 +298,35 @@ void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t i
     moment_rows_into(x + c0, r0, r1, inner, width, partial);
     return;
   }
+  if constexpr (FoldsLater<Op, In>::value) {
+    // argmax: after the run's first row every row is a later one
+    // (fold_later), folded into values and indices kept apart, whose
+    // selects the compiler vectorizes.
+    using V = decltype(Acc::value);
+    thread_local std::vector<V> best;
+    thread_local std::vector<int64_t> where;
+    best.assign(width, Op::identity().value);
+    where.assign(width, Op::identity().index);
+    if (r0 < r1) {
+      for (int64_t c = 0; c < width; ++c) {
+        const Acc first = op.fold(Op::identity(), x[r0 * inner + c0 + c], r0);
+        best[c] = first.value;
+        where[c] = first.index;
+      }
+    }
+    for (int64_t r = r0 + 1; r < r1; ++r) {
+      const In* source = x + r * inner + c0;
+      V* const b = best.data();
+      int64_t* const w = where.data();
+      for (int64_t c = 0; c < width; ++c) {
+        const Acc next = op.fold_later(Acc{b[c], w[c]}, source[c], r);
+        b[c] = next.value;
+        w[c] = next.index;
+      }
+    }
+    for (int64_t c = 0; c < width; ++c) partial[c] = {best[c], where[c]};
+    return;
+  }
   std::fill(partial, partial + width, Op::identity());
   for (int64_t r = r0; r < r1; ++r) {
     const In* source = x + r * inner + c0;
