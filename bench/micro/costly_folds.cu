@@ -3,7 +3,8 @@
 // an SM, as many as are resident, and unsplit rows (the rows kernel) at 8 to
 // 128 vectors a thread, a block a row or a team of lanes (a warp, 16, 8 or
 // 4; reduce_plan.cuh's kRowVecs). Prints µs and GB/s of the input, two
-// rounds; `full`: the full reductions only.
+// rounds; `full`: the full reductions only; `bytes`: sums and 2-norms of
+// 64 MiB as bfloat16 and float32, their rounds as trees too.
 // bash bench/micro/run.sh costly_folds
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -138,6 +139,46 @@ void whole(Timer& timer, const char* dtype, int64_t len) {
   CHECK(cudaFree(x));
 }
 
+// A sum and a 2-norm whose rounds add as a tree for every input type (SumOp
+// and MeanOp take one for float32 only).
+template <typename Base>
+struct InTree : Base {
+  template <typename In, int N>
+  FR_HOST_DEVICE float fold_tree(float acc, const In (&round)[N], int64_t index) const {
+    float part[N];
+    for (int k = 0; k < N; ++k) part[k] = Base::fold(0.0f, round[k], index + k);
+    for (int width = N / 2; width > 0; width /= 2)
+      for (int k = 0; k < width; ++k) part[k] += part[k + width];
+    return acc + part[0];
+  }
+};
+using Norm2 = NormOp<float, NormOrder::Two>;
+
+// 64 MiB as 2^25 bfloat16 and as 2^24 float32: sums and 2-norms, their
+// rounds folded as the ops do and as trees, whole and in rows of 8192.
+template <typename In>
+void bytes(Timer& timer, const char* dtype, int64_t len) {
+  In* x;
+  void* out;
+  CHECK(cudaMalloc(&x, len * sizeof(In)));
+  CHECK(cudaMalloc(&out, 2 * sizeof(double) * (len / 8192)));
+  fill_uniform<<<1024, 256>>>(x, len, 7, -2.0f, 4.0f);
+  const Rows whole_row{timer, dtype, 1, len, sizeof(In), x, out};
+  const Rows rows{timer, dtype, len / 8192, 8192, sizeof(In), x, out};
+  for (int round = 0; round < 2; ++round) {
+    time_full<SumOp<float>, In, float*>(whole_row, "sum", {});
+    time_full<InTree<SumOp<float>>, In, float*>(whole_row, "sum (tree)", {});
+    time_full<Norm2, In, float*>(whole_row, "norm", {});
+    time_full<InTree<Norm2>, In, float*>(whole_row, "norm (tree)", {});
+    time_rows<SumOp<float>, In, float*, 0>(rows, "sum", {}, 256);
+    time_rows<InTree<SumOp<float>>, In, float*, 0>(rows, "sum (tree)", {}, 256);
+    time_rows<Norm2, In, float*, 0>(rows, "norm", {}, 256);
+    time_rows<InTree<Norm2>, In, float*, 0>(rows, "norm (tree)", {}, 256);
+  }
+  CHECK(cudaFree(out));
+  CHECK(cudaFree(x));
+}
+
 template <typename In>
 void shape(Timer& timer, const char* dtype, int64_t rows, int64_t len) {
   In* x;
@@ -174,6 +215,11 @@ int main(int argc, char** argv) {
     whole<bf16>(timer, "bfloat16", 1 << 27);
   }
   if (section == "full") return 0;
+  if (section == "bytes") {
+    bytes<bf16>(timer, "bfloat16", 1 << 25);
+    bytes<float>(timer, "float32", 1 << 24);
+    return 0;
+  }
   if (section == "float") {
     shape<float>(timer, "float32", 2048, 32768);
     shape<float>(timer, "float32", 1024, 32768);

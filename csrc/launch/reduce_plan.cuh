@@ -56,10 +56,11 @@ inline int finish_tile_threads(int64_t inner, int64_t outer, size_t acc_bytes, i
   return width;
 }
 
-// What a plan needs to know of an op's kernels: the resident blocks per SM
-// of the split-rows kernel and of the column kernels' first passes (a grid of
-// at most one wave of them leaves no block waiting for a second wave, nor
-// the last one), and the columns per thread of the packed column kernel.
+// What a plan needs to know of an op's kernels: the blocks per SM of the
+// split-rows kernel (kSplitRowsPerSm at most) and the resident ones of the
+// column kernels' first passes (a grid of at most one wave of them leaves no
+// block waiting for a second wave, nor the last one), and the columns per
+// thread of the packed column kernel.
 struct KernelFacts {
   int split_rows;
   int columns_single;  // a column per thread
@@ -212,13 +213,19 @@ constexpr int kRowVecs = kCostlyFold<Op, In> && !kMomentRows<Op, In> ? 128 / siz
 template <typename Op, typename In>
 constexpr int kTeamVecs = kCostlyFold<Op, In> ? 128 / sizeof(In) : kTeamVecsPerLane;
 
+// The split-rows kernel's grid: two blocks an SM at most, though float sums
+// fit four. Full sums on the H200 (bench/micro/costly_folds.cu `bytes` and
+// `full`), µs, four blocks an SM -> two: bf16 2^25 21.06 -> 20.74 and 22.75
+// -> 22.40, 2^27 67.17 -> 66.78; float32 2^24 20.77 -> 20.58.
+constexpr int kSplitRowsPerSm = 2;
+
 template <typename Op, typename In, typename Sink>
 const KernelFacts& kernel_facts() {
   using Acc = typename Op::acc_t;
   constexpr int kPack = kColumnPack<Op, In>, kRows = kColumnRows<Op, In>;
   auto per_sm = [](auto kernel, int threads) { return std::max(resident_blocks(kernel, threads), 1); };
   static const KernelFacts facts{
-      per_sm(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads),
+      std::min(per_sm(reduce_split_rows_kernel<Op, In, Sink>, kAllThreads), kSplitRowsPerSm),
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, 1, kColumnTile>, kColumnThreads),
       per_sm(reduce_columns_kernel<Op, In, Acc*, false, kPack, kFullTileWidth<Op, In>, kColumnThreads, kRows>,
              kColumnThreads),
