@@ -302,17 +302,19 @@ void fold_rows_into(const Op& op, const In* x, int64_t r0, int64_t r1, int64_t i
     // argmax: after the run's first row every row is a later one
     // (fold_later), folded into values and indices kept apart, whose
     // selects the compiler vectorizes.
+    if (r0 >= r1) {
+      std::fill(partial, partial + width, Op::identity());
+      return;
+    }
     using V = decltype(Acc::value);
     thread_local std::vector<V> best;
     thread_local std::vector<int64_t> where;
-    best.assign(width, Op::identity().value);
-    where.assign(width, Op::identity().index);
-    if (r0 < r1) {
-      for (int64_t c = 0; c < width; ++c) {
-        const Acc first = op.fold(Op::identity(), x[r0 * inner + c0 + c], r0);
-        best[c] = first.value;
-        where[c] = first.index;
-      }
+    best.resize(width);
+    where.resize(width);
+    for (int64_t c = 0; c < width; ++c) {
+      const Acc first = op.fold(Op::identity(), x[r0 * inner + c0 + c], r0);
+      best[c] = first.value;
+      where[c] = first.index;
     }
     for (int64_t r = r0 + 1; r < r1; ++r) {
       const In* source = x + r * inner + c0;

@@ -74,12 +74,12 @@ using Vec16 = VecN<In, 16 / sizeof(In)>;
 // Called by every thread of a block once it has stored its share of the
 // block's partials: whether this block is the last of `blocks` to count
 // itself in at *counter. The last one sets the counter back to zero (every
-// block has counted itself in) for the next launch.
-// The count is one acquire-release add by thread 0 after the block's barrier
-// (its release publishes what every thread wrote before the barrier, its
-// acquire in the last block orders the reads after it), not a full fence on
-// every thread around a relaxed add: full sums 2-6% faster on the H200 (bf16
-// 2^20 6.43 -> 6.05 µs, 2^24 13.66 -> 13.15, float32 2^22 9.63 -> 9.15).
+// block has counted itself in) for the next launch. The count is one
+// acquire-release add by thread 0 after the block's barrier (its release
+// publishes what every thread wrote before the barrier, its acquire in the
+// last block orders the reads after it), not a full fence on every thread
+// around a relaxed add: full sums 2-6% faster on the H200 (bf16 2^20 6.43 ->
+// 6.05 µs, 2^24 13.66 -> 13.15, float32 2^22 9.63 -> 9.15).
 __device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int blocks) {
   __shared__ bool last;
   __syncthreads();
