@@ -768,6 +768,71 @@ def test_rms_norm_float_weight_with_half_input(device, dtype):
     assert w.grad.dtype == torch.float32 and x_.grad.dtype == dtype
 
 
+def half_ulp(exact, dtype):
+    """Half a unit in the last place of `dtype` at each exact value (normal range)."""
+    mantissa = {torch.float16: 10, torch.bfloat16: 7}[dtype]
+    exponent = torch.floor(torch.log2(exact.abs().clamp_min(torch.finfo(dtype).tiny)))
+    return torch.exp2(exponent - mantissa) / 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [77, 96, 1024, 1600, 4096, 20000])
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_float32_parameters_beside_half_input_round_once(device, dtype, n, norm):
+    # float32 weight and bias with half rows (autocast leaves rms_norm's so):
+    # the parameters are applied as they are, so the output and the input
+    # gradient are the exact values rounded once, within half a unit in the
+    # last place and float32's error (rounded to the rows' dtype first, they
+    # were up to a unit off). Every parameter combination, forward and
+    # backward; widths of each kernel shape (staged warp rows packed and
+    # not, one block a row, a row past shared memory).
+    rows, eps = (4 if n > 10000 else 64), 1e-5
+    centered, fused = norm.endswith("layer_norm"), norm.startswith("add")
+    data = {"x": (torch.randn(rows, n, device=device) * 2 + 0.5).to(dtype)}
+    if fused:
+        data["r"] = torch.randn(rows, n, device=device).to(dtype)
+    g = torch.randn(rows, n, device=device).to(dtype)
+
+    def ours(t):
+        if fused and centered:
+            return fr.add_layer_norm(t["x"], t["r"], n, t.get("w"), t.get("b"), eps)[0]
+        if fused:
+            return fr.add_rms_norm(t["x"], t["r"], n, t.get("w"), eps)[0]
+        if centered:
+            return fr.layer_norm(t["x"], n, t.get("w"), t.get("b"), eps)
+        return fr.rms_norm(t["x"], n, t.get("w"), eps)
+
+    def exact(t):  # the rows the op normalises: x + r rounded to dtype, as torch's add (not its gradient)
+        h = t["x"]
+        if fused:
+            h = h + t["r"]
+            h = h + (h.to(dtype).double() - h).detach()
+        return F.layer_norm(h, [n], t.get("w"), t.get("b"), eps) if centered else F.rms_norm(h, [n], t.get("w"), eps)
+
+    for with_weight, with_bias in [(True, True), (True, False), (False, True)] if centered else [(True, False)]:
+        params = {"w": torch.randn(n, device=device) * 0.3 + 1} if with_weight else {}
+        if with_bias:
+            params["b"] = torch.randn(n, device=device) * 0.3
+        mine = {k: v.detach().clone().requires_grad_() for k, v in {**data, **params}.items()}
+        wide = {k: v.detach().double().requires_grad_() for k, v in mine.items()}
+        out, reference = ours(mine), exact(wide)
+        assert out.dtype == dtype
+        assert ((out.double() - reference).abs() <= half_ulp(reference, dtype) * 1.001 + 1e-6).all()
+        grads = dict(zip(mine, torch.autograd.grad(out, list(mine.values()), g)))
+        exact_grads = dict(zip(wide, torch.autograd.grad(reference, list(wide.values()), g.double())))
+        # dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) cancels: float32's
+        # error is relative to the row's terms, not to dx.
+        dx, exact_dx = grads["x"], exact_grads["x"]
+        slack = 2e-5 * exact_dx.abs().amax(-1, keepdim=True) + 1e-6
+        assert dx.dtype == dtype
+        assert ((dx.double() - exact_dx).abs() <= half_ulp(exact_dx, dtype) * 1.001 + slack).all()
+        for name in params:
+            assert grads[name].dtype == torch.float32
+            torch.testing.assert_close(grads[name].double(), exact_grads[name], rtol=1e-4,
+                                       atol=1e-4 * exact_grads[name].abs().max().item())
+
+
 # ---- fused residual add + norm
 
 

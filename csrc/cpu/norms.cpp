@@ -73,8 +73,9 @@ const A* add_rounded(const T* x, const T* residual, T* h, int64_t n, std::vector
   }
 }
 
-template <typename T>
-void norm_forward_rows(const NormShape& shape, const NormForwardBuffers<T, at::opmath_type<T>>& io, double epsilon) {
+// P: the parameters' type (T, or float beside half rows).
+template <typename T, typename P>
+void norm_forward_rows(const NormShape& shape, const NormForwardBuffers<T, at::opmath_type<T>, P>& io, double epsilon) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
   const int64_t n = shape.n;
@@ -132,8 +133,8 @@ void norm_forward_rows(const NormShape& shape, const NormForwardBuffers<T, at::o
 // never by the thread count, so the sums are reproducible.
 int64_t rows_per_partial(int64_t rows) { return std::max<int64_t>(32, (rows + 255) / 256); }
 
-template <typename T>
-void norm_backward_rows(const NormShape& shape, const NormBackwardBuffers<T, at::opmath_type<T>>& io,
+template <typename T, typename P>
+void norm_backward_rows(const NormShape& shape, const NormBackwardBuffers<T, at::opmath_type<T>, P>& io,
                         const NormParamGrads& grads) {
   using A = at::opmath_type<T>;
   using V = Vec<A>;
@@ -318,14 +319,20 @@ void softmax_backward_rows(const SoftmaxShape& shape, const SoftmaxBackwardBuffe
 void norm_forward_cpu(const NormShape& shape, const NormForwardBuffers<>& io, double eps) {
   cpu::with_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    norm_forward_rows<T>(shape, typed<T, at::opmath_type<T>>(io), eps);
+    using A = at::opmath_type<T>;
+    if constexpr (sizeof(T) == 2)
+      if (shape.float_params) return norm_forward_rows(shape, typed<T, A, float>(io), eps);
+    norm_forward_rows(shape, typed<T, A>(io), eps);
   });
 }
 
 void norm_backward_cpu(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads) {
   cpu::with_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    norm_backward_rows<T>(shape, typed<T, at::opmath_type<T>>(io), grads);
+    using A = at::opmath_type<T>;
+    if constexpr (sizeof(T) == 2)
+      if (shape.float_params) return norm_backward_rows(shape, typed<T, A, float>(io), grads);
+    norm_backward_rows(shape, typed<T, A>(io), grads);
   });
 }
 

@@ -1,7 +1,8 @@
 // One layer_norm or rms_norm call over contiguous (rows, n) data, as every
 // layer sees it: the torch glue fills these, the launchers and the CPU
 // kernels take them, the CUDA kernels' arguments extend them. Untyped (T, A
-// void) above the kernels, typed in them: T the data, A the accumulator.
+// void) above the kernels, typed in them: T the data, A the accumulator, P
+// the weight and bias (T, or float beside float16/bfloat16 rows).
 // Nothing here depends on torch or CUDA.
 #pragma once
 
@@ -21,6 +22,9 @@ struct NormShape {
   int64_t rows, n;
   NormKind kind;
   const char* op;  // the op's name, for errors
+  // float32 weight and bias beside float16/bfloat16 rows (mixed precision),
+  // read as they are: rounded to the rows' dtype they would add a rounding.
+  bool float_params = false;
   bool centered() const { return kind == NormKind::Layer; }
 };
 
@@ -49,12 +53,12 @@ decltype(auto) with_norm_math(NormKind kind, F&& f) {
 // h = x + residual, rounded to T as torch's add would, and h is written to
 // `residual_out`. Statistics: `rows` each, in the accumulator type; mean for
 // Layer only.
-template <typename T = void, typename A = void>
+template <typename T = void, typename A = void, typename P = T>
 struct NormForwardBuffers {
   const T* x;
   const T* residual;
-  const T* weight;
-  const T* bias;
+  const P* weight;
+  const P* bias;
   T* y;
   T* residual_out;
   A* mean;
@@ -64,27 +68,27 @@ struct NormForwardBuffers {
 // dx always; `grad_residual` (the gradient arriving at residual_out) is added
 // to it, which is then the gradient of both inputs of the add. `x` is the
 // rows that were normalised (h for the fused add).
-template <typename T = void, typename A = void>
+template <typename T = void, typename A = void, typename P = T>
 struct NormBackwardBuffers {
   const T* dy;
   const T* x;
   const T* grad_residual;
   const A* mean;
   const A* rstd;
-  const T* weight;
+  const P* weight;
   T* dx;
 };
 
 // The apply half of a norm from row statistics computed elsewhere (the
 // ranks of a tensor-parallel group): y = (x - mean) * rstd * weight + bias;
 // mean null for rms_norm.
-template <typename T = void, typename A = void>
+template <typename T = void, typename A = void, typename P = T>
 struct NormApplyBuffers {
   const T* x;
   const A* mean;
   const A* rstd;
-  const T* weight;
-  const T* bias;
+  const P* weight;
+  const P* bias;
   T* y;
 };
 
@@ -98,24 +102,24 @@ struct NormParamGrads {
   bool dbias_in_input_type;
 };
 
-template <typename T, typename A>
-NormForwardBuffers<T, A> typed(const NormForwardBuffers<>& b) {
-  return {static_cast<const T*>(b.x),     static_cast<const T*>(b.residual), static_cast<const T*>(b.weight),
-          static_cast<const T*>(b.bias),  static_cast<T*>(b.y),              static_cast<T*>(b.residual_out),
+template <typename T, typename A, typename P = T>
+NormForwardBuffers<T, A, P> typed(const NormForwardBuffers<>& b) {
+  return {static_cast<const T*>(b.x),     static_cast<const T*>(b.residual), static_cast<const P*>(b.weight),
+          static_cast<const P*>(b.bias),  static_cast<T*>(b.y),              static_cast<T*>(b.residual_out),
           static_cast<A*>(b.mean),        static_cast<A*>(b.rstd)};
 }
 
-template <typename T, typename A>
-NormBackwardBuffers<T, A> typed(const NormBackwardBuffers<>& b) {
+template <typename T, typename A, typename P = T>
+NormBackwardBuffers<T, A, P> typed(const NormBackwardBuffers<>& b) {
   return {static_cast<const T*>(b.dy),     static_cast<const T*>(b.x),    static_cast<const T*>(b.grad_residual),
-          static_cast<const A*>(b.mean),   static_cast<const A*>(b.rstd), static_cast<const T*>(b.weight),
+          static_cast<const A*>(b.mean),   static_cast<const A*>(b.rstd), static_cast<const P*>(b.weight),
           static_cast<T*>(b.dx)};
 }
 
-template <typename T, typename A>
-NormApplyBuffers<T, A> typed(const NormApplyBuffers<>& b) {
+template <typename T, typename A, typename P = T>
+NormApplyBuffers<T, A, P> typed(const NormApplyBuffers<>& b) {
   return {static_cast<const T*>(b.x),      static_cast<const A*>(b.mean), static_cast<const A*>(b.rstd),
-          static_cast<const T*>(b.weight), static_cast<const T*>(b.bias), static_cast<T*>(b.y)};
+          static_cast<const P*>(b.weight), static_cast<const P*>(b.bias), static_cast<T*>(b.y)};
 }
 
 }  // namespace fastreduce

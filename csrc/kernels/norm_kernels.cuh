@@ -14,17 +14,19 @@
 
 namespace fastreduce {
 
-// A forward's kernel arguments: its buffers (norm_buffers.h), typed.
-template <typename T>
-struct NormForwardArgs : NormForwardBuffers<T, opmath_t<T>> {
+// A forward's kernel arguments: its buffers (norm_buffers.h), typed. P, the
+// parameters' type, is float beside two-byte rows only in the kernels that
+// take it (norms.cu routes mixed precision to them).
+template <typename T, typename P = T>
+struct NormForwardArgs : NormForwardBuffers<T, opmath_t<T>, P> {
   int64_t rows, n;
   opmath_t<T> eps;
 };
 
 // A backward's: its buffers, and where the weight and bias gradient partials
 // go (null when not wanted; partial_b also null without a bias).
-template <typename T>
-struct NormBackwardArgs : NormBackwardBuffers<T, opmath_t<T>> {
+template <typename T, typename P = T>
+struct NormBackwardArgs : NormBackwardBuffers<T, opmath_t<T>, P> {
   opmath_t<T>* partial_w;
   opmath_t<T>* partial_b;
   int64_t rows, n;
@@ -64,8 +66,8 @@ __device__ __forceinline__ A row_mean(const A* mean, int64_t row) {
 // ---- One block per row (long or unaligned rows); the launcher adds any
 // residual in a separate pass first.
 
-template <typename T, typename Math>
-__global__ void norm_forward_block_kernel(NormForwardArgs<T> a, bool cached) {
+template <typename T, typename Math, typename P = T>
+__global__ void norm_forward_block_kernel(NormForwardArgs<T, P> a, bool cached) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   __shared__ Deviations<A> scratch[kWarpSize];  // room for a sum or a pair of sums
@@ -99,8 +101,8 @@ __global__ void add_residual_kernel(const T* __restrict__ x, const T* __restrict
     h[i] = static_cast<T>(static_cast<A>(x[i]) + static_cast<A>(residual[i]));
 }
 
-template <typename T, typename Math>
-__global__ void norm_backward_block_kernel(NormBackwardArgs<T> a, bool cached) {
+template <typename T, typename Math, typename P = T>
+__global__ void norm_backward_block_kernel(NormBackwardArgs<T, P> a, bool cached) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   __shared__ A scratch[kWarpSize];
@@ -128,9 +130,9 @@ __global__ void norm_backward_block_kernel(NormBackwardArgs<T> a, bool cached) {
 // rows of dy * xhat (and of dy). Stage two is a column reduction of the
 // partials (fixed order: deterministic).
 constexpr int kGradTile = 32, kGradLanes = 8;
-template <typename T, typename Math>
+template <typename T, typename Math, typename P = T>
 __global__ void __launch_bounds__(kGradTile* kGradLanes)
-    norm_backward_params_kernel(NormBackwardArgs<T> a, int64_t rows_per_chunk) {
+    norm_backward_params_kernel(NormBackwardArgs<T, P> a, int64_t rows_per_chunk) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   __shared__ A tile_w[kGradLanes][kGradTile + 1], tile_b[kGradLanes][kGradTile + 1];
@@ -346,12 +348,13 @@ constexpr size_t staged_add_bytes(int warps) {
 
 // kAffine: compiled for a given weight (and layer_norm's bias), so that the
 // output pass has no null checks or selects. kFullRow (warp rows): compiled
-// for rows of exactly kPacks packs a lane, so that no pack is guarded.
+// for rows of exactly kPacks packs a lane, so that no pack is guarded. P:
+// the parameters' type; float beside two-byte rows loads them per pack.
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false,
           ParamLoads kParams = ParamLoads::kPerPack, ResidualAdd kResidual = ResidualAdd::kInRegisters,
-          bool kAffine = false, bool kFullRow = false>
+          bool kAffine = false, bool kFullRow = false, typename P = T>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
-    norm_forward_lanes_kernel(NormForwardArgs<T> a) {
+    norm_forward_lanes_kernel(NormForwardArgs<T, P> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
   static_assert(kResidual != ResidualAdd::kStaged || (kWarpRows && sizeof(VecN<T, kVec>) == 16),
                 "warp rows of 16-byte packs stage the residual");
@@ -359,9 +362,12 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   static_assert(kParams != ParamLoads::kBeforeOutput || !kWarpRows, "only block rows load them before the output");
   static_assert(kParams != ParamLoads::kWithRow || kWarpRows, "only warp rows load them with the row");
   static_assert(!kFullRow || kWarpRows, "full rows are warp rows");
+  constexpr bool kOwnParams = std::is_same_v<P, T>;
+  static_assert(kOwnParams || (kParams == ParamLoads::kPerPack && !kWalk), "float parameters load per pack");
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
+  using ParamPack = VecN<P, kVec>;
   // One-row kernels read two-byte packs as 32-bit words (a shift or a mask an
   // element, not an extract and a shift); walking kernels keep the packs'
   // fields (as words, layer_norm bf16's walk ran 7% slower: NOTES.md).
@@ -371,8 +377,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   // share of the next row while the current row's sums are in flight (rows
   // without a residual).
   constexpr bool kPrefetch = kWalk && kPrefetchingWalk<T, kPacks>;
-  const auto value = [](const Pack& pack, int j) -> A {
-    if constexpr (kWords) return element(pack, j);
+  const auto value = [](const auto& pack, int j) -> A {
+    if constexpr (kWords && std::is_same_v<std::decay_t<decltype(pack)>, Pack>) return element(pack, j);
     else return static_cast<A>(pack.elem[j]);
   };
   // h = x + residual rounded to T in place of x's pack: 16-byte packs of
@@ -407,7 +413,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
   // blocks, not clusters): read after the reduction, they no longer wait on
   // L2 there (H100, bf16 (8192, 1600) 18.3 -> 17.7 µs). layer_norm's weight
   // and bias staged so ran 10% slower.
-  constexpr bool kStagedWeight = kStagesWeight<T, Math> && !kWarpRows && !kWalk && sizeof(Pack) == 16;
+  constexpr bool kStagedWeight = kStagesWeight<T, Math> && !kWarpRows && !kWalk && sizeof(Pack) == 16 && kOwnParams;
   Pack* staged_weight = nullptr;
   if constexpr (kStagedWeight) {
     if (a.weight && dynamic_shared_bytes() >= kPacks * blockDim.x * sizeof(Pack)) {
@@ -441,7 +447,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
     }
     const int64_t offset = threads.row * a.n;
-    Pack packs[kPacks], scales[kPacks], shifts[kPacks];
+    Pack packs[kPacks];
+    ParamPack scales[kPacks], shifts[kPacks];
     T head{};
     if (prefetch) {
 #pragma unroll
@@ -482,12 +489,12 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
       }
     }
     constexpr bool kWithRow = kParams == ParamLoads::kWithRow;
-    if (kWithRow && weighted())
-      load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
-    // rms_norm has no bias: without kCentered the shift packs are never
-    // loaded, which frees their registers.
-    if (kWithRow && biased())
-      load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
+    if constexpr (kWithRow) {
+      if (weighted()) load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+      // rms_norm has no bias: without kCentered the shift packs are never
+      // loaded, which frees their registers.
+      if (biased()) load_packs<kWords, kFullRow>(threads, reinterpret_cast<const Pack*>(a.bias), groups, shifts);
+    }
     // The row's first value as the shift: lane 0's in a warp row, a load
     // every thread shares in a block row (a prefetching walk's came with the
     // row).
@@ -511,9 +518,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_bloc
     const RowNormalizer<T, A> normalize(mean, rstd);
     if (staged_weight) wait_async_copies();
     const auto load_params = [&](int p) {
-      if (staged_weight) scales[p] = staged_weight[threads.local(p)];
-      else if (weighted()) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
-      if (biased()) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+      if constexpr (kOwnParams) {
+        if (staged_weight) scales[p] = staged_weight[threads.local(p)];
+        else if (weighted()) scales[p] = reinterpret_cast<const Pack*>(a.weight)[threads.group(p)];
+        if (biased()) shifts[p] = reinterpret_cast<const Pack*>(a.bias)[threads.group(p)];
+      } else {
+        if (weighted()) scales[p] = load_param_pack<kVec>(a.weight + int64_t(threads.group(p)) * kVec);
+        if (biased()) shifts[p] = load_param_pack<kVec>(a.bias + int64_t(threads.group(p)) * kVec);
+      }
     };
     if constexpr (kParams == ParamLoads::kBeforeOutput) {
 #pragma unroll
@@ -653,8 +665,9 @@ struct GradientSums {
 template <typename T, int kVec>
 constexpr bool kStagesResidual = sizeof(T) == 2 && sizeof(VecN<T, kVec>) == 16;
 
-template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kStagedResidual = false>
-__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lanes_kernel(NormBackwardArgs<T> a) {
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kStagedResidual = false,
+          typename P = T>
+__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lanes_kernel(NormBackwardArgs<T, P> a) {
   static_assert(!kStagedResidual || kStagesResidual<T, kVec>, "two-byte rows of 16-byte packs");
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
@@ -677,8 +690,17 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
         sums_w[threads.local(p)] = Sums{};
         if (bias) sums_b[threads.local(p)] = Sums{};
       }
-  Pack scales[kPacks];
-  if (a.weight) load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+  VecN<P, kVec> scales[kPacks];
+  if (a.weight) {
+    if constexpr (std::is_same_v<P, T>) {
+      load_packs(threads, reinterpret_cast<const Pack*>(a.weight), groups, scales);
+    } else {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        scales[p] = threads.group(p) < groups ? load_param_pack<kVec>(a.weight + int64_t(threads.group(p)) * kVec)
+                                              : VecN<P, kVec>{};
+    }
+  }
   const int64_t group_index = kWarpRows ? blockIdx.x * int64_t(slots) + slot : blockIdx.x / cluster_blocks();
   const int64_t first = group_index * a.rows_per_group;
   const int64_t last = first + a.rows_per_group < a.rows ? first + a.rows_per_group : a.rows;

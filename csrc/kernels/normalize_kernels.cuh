@@ -8,26 +8,27 @@
 #include "block_reduce.cuh"
 #include "dtype.h"
 #include "norm_buffers.h"
+#include "row_io.cuh"
 
 namespace fastreduce {
 
 // The buffers (norm_buffers.h), typed, and the shape.
-template <typename T>
-struct NormalizeArgs : NormApplyBuffers<T, opmath_t<T>> {
+template <typename T, typename P = T>
+struct NormalizeArgs : NormApplyBuffers<T, opmath_t<T>, P> {
   int64_t rows, n;
 };
 
-template <typename T, int kVec>
-__global__ void normalize_rows_kernel(NormalizeArgs<T> a) {
+template <typename T, int kVec, typename P>
+__global__ void normalize_rows_kernel(NormalizeArgs<T, P> a) {
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   const int64_t packs_per_row = a.n / kVec, packs = a.rows * packs_per_row;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / packs_per_row, column_pack = i - row * packs_per_row;
     const Pack v = reinterpret_cast<const Pack*>(a.x)[i];
-    Pack scale, shift;
-    if (a.weight) scale = reinterpret_cast<const Pack*>(a.weight)[column_pack];
-    if (a.bias) shift = reinterpret_cast<const Pack*>(a.bias)[column_pack];
+    VecN<P, kVec> scale, shift;
+    if (a.weight) scale = load_param_pack<kVec>(a.weight + column_pack * kVec);
+    if (a.bias) shift = load_param_pack<kVec>(a.bias + column_pack * kVec);
     const A mean = a.mean ? a.mean[row] : A(0), rstd = a.rstd[row];
     Pack out;
 #pragma unroll

@@ -459,10 +459,24 @@ __device__ __forceinline__ void map_staged(const T* stage, T* out, int n, F&& f)
   }
 }
 
-// v[j] = op(v[j], params[first + j]) for a group, read as one kVec-wide load.
-template <int kVec, typename A, typename T, typename Op>
-__device__ __forceinline__ void apply_params(const T* params, int64_t first, A (&v)[kVec], Op op) {
-  const VecN<T, kVec> pack = *reinterpret_cast<const VecN<T, kVec>*>(params + first);
+// kVec parameters from `params` (aligned as a pack of the rows' kVec
+// elements), in loads of up to 16 bytes: float32 parameters beside a
+// two-byte row's 16-byte pack take two.
+template <int kVec, typename P>
+__device__ __forceinline__ VecN<P, kVec> load_param_pack(const P* params) {
+  using Piece = VecN<P, (sizeof(P) * kVec > 16 ? 16 / sizeof(P) : kVec)>;
+  constexpr int kPieces = kVec / Piece::kSize;
+  VecN<P, kVec> pack;
+#pragma unroll
+  for (int k = 0; k < kPieces; ++k)
+    reinterpret_cast<Piece*>(pack.elem)[k] = reinterpret_cast<const Piece*>(params)[k];
+  return pack;
+}
+
+// v[j] = op(v[j], params[first + j]) for a group, read as kVec-wide loads.
+template <int kVec, typename A, typename P, typename Op>
+__device__ __forceinline__ void apply_params(const P* params, int64_t first, A (&v)[kVec], Op op) {
+  const VecN<P, kVec> pack = load_param_pack<kVec>(params + first);
 #pragma unroll
   for (int j = 0; j < kVec; ++j) v[j] = op(v[j], static_cast<A>(pack.elem[j]));
 }

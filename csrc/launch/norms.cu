@@ -109,8 +109,8 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
 
 // The rows of `a` with the residual already added: h = x + residual in a
 // separate pass, for the kernels that do not fuse the add.
-template <typename T>
-cudaError_t add_residual_first(NormForwardArgs<T>& a, cudaStream_t stream) {
+template <typename T, typename P>
+cudaError_t add_residual_first(NormForwardArgs<T, P>& a, cudaStream_t stream) {
   if (!a.residual) return cudaSuccess;
   const int64_t count = a.rows * a.n;
   const int64_t blocks = std::min<int64_t>(ceil_div(count, 256), 16384);
@@ -360,6 +360,36 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   });
 }
 
+// float32 parameters beside two-byte rows: rows in registers, each
+// parameter pack loaded where it applies (a warp a row up to kWarpRowMax, a
+// block or a cluster a row past it), or one block a row where registers do
+// not hold the row (the residual added in a pass first). Not the tuned
+// variants of forward_rows: those hold the parameters as packs of T.
+template <typename T, typename Math>
+cudaError_t forward_rows_float_params(NormForwardArgs<T, float> a, cudaStream_t stream) {
+  using P = float;
+  const int64_t n = a.n;
+  const std::initializer_list<const void*> buffers = {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias};
+  if (n <= kWarpRowMax)
+    return with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
+      constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
+      return launch_warp_rows(norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack,
+                                                        ResidualAdd::kInRegisters, false, false, P>,
+                              a.rows, stream, std::make_tuple(a), kRegisterRowsPerBlock);
+    });
+  return launch_block_lanes<T, 8>(
+      a.rows, 0, n, buffers, stream,
+      [](auto packs, auto vec) {
+        return norm_forward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math, false,
+                                         ParamLoads::kPerPack, ResidualAdd::kInRegisters, false, false, P>;
+      },
+      std::make_tuple(a), [&] {
+        if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
+        return launch_block_rows(norm_forward_block_kernel<T, Math, P>, 1, sizeof(opmath_t<T>), a.rows, n, stream,
+                                 std::make_tuple(a));
+      });
+}
+
 // The shared memory a block of the two-byte lanes kernels stages its rows'
 // residual gradient in (a row a warp, or one row a block), in 16-byte packs.
 // H200, bf16, backward µs read at the store -> staged
@@ -377,15 +407,16 @@ size_t residual_stage_bytes(int64_t n, int vec, bool residual) {
 
 // The lanes backward, staging its residual gradient where the launch gives it
 // room (`staged`: residual_stage_bytes is not 0).
-template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math>
+template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, typename P>
 auto backward_lanes_kernel(bool staged) {
   if constexpr (kStagesResidual<T, kVec>)
-    if (staged) return norm_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, true>;
-  return norm_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math>;
+    if (staged) return norm_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, true, P>;
+  return norm_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, P>;
 }
 
-template <typename T, typename Math>
-cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad dbias, void* workspace, int sm_count,
+// P: the parameters' type (T, or float beside two-byte rows).
+template <typename T, typename Math, typename P>
+cudaError_t backward_rows(NormBackwardArgs<T, P> a, ParamGrad dweight, ParamGrad dbias, void* workspace, int sm_count,
                           cudaStream_t stream) {
   using A = opmath_t<T>;
   const int64_t rows = a.rows, n = a.n;
@@ -399,7 +430,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
     // where a GPC's SMs do not divide by the cluster): a second wave of a
     // few would double the time.
     auto resident_of = [&](auto packs) {
-      return resident_clusters(norm_backward_lanes_kernel<T, decltype(packs)::value, Vec16<T>::kSize, false, Math>,
+      return resident_clusters(norm_backward_lanes_kernel<T, decltype(packs)::value, Vec16<T>::kSize, false, Math, false, P>,
                                plan.cluster, kRowThreadsMax, plan.shared_bytes);
     };
     int resident = 0;
@@ -417,7 +448,7 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
 
   const bool fused = params && plan.fused;
   const size_t shared = fused ? plan.shared_bytes : residual_stage;
-  NormBackwardArgs<T> lanes = a;
+  NormBackwardArgs<T, P> lanes = a;
   lanes.partial_w = fused ? partial_w : nullptr;
   lanes.partial_b = fused ? partial_b : nullptr;
   lanes.rows_per_group = fused ? plan.rows_per_chunk : 1;  // unfused: a row per warp or block
@@ -427,11 +458,15 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
     kernel<<<blocks, threads, shared, stream>>>(lanes);
     return cudaGetLastError();
   };
+  auto block_rows = [&] {
+    return launch_block_rows(norm_backward_block_kernel<T, Math, P>, 2, sizeof(A), rows, n, stream,
+                             std::make_tuple(a));
+  };
   cudaError_t err = cudaSuccess;
   if (n <= kWarpRowMax) {
     err = with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
-      return launch(backward_lanes_kernel<T, kPacks, kVec, true, Math>(residual_stage != 0),
+      return launch(backward_lanes_kernel<T, kPacks, kVec, true, Math, P>(residual_stage != 0),
                     fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
   } else {
@@ -440,21 +475,17 @@ cudaError_t backward_rows(NormBackwardArgs<T> a, ParamGrad dweight, ParamGrad db
     err = launch_block_lanes<T, kBackwardMaxPacks<T>>(
         fused ? plan.chunks : rows, shared, n, buffers, stream,
         [staged = residual_stage != 0](auto packs, auto vec) {
-          return backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math>(staged);
+          return backward_lanes_kernel<T, decltype(packs)::value, decltype(vec)::value, false, Math, P>(staged);
         },
-        std::make_tuple(lanes),
-        [&] {
-          return launch_block_rows(norm_backward_block_kernel<T, Math>, 2, sizeof(A), rows, n, stream,
-                                   std::make_tuple(a));
-        });
+        std::make_tuple(lanes), block_rows);
   }
   if (err != cudaSuccess || !params) return err;
 
   if (!plan.fused) {
-    NormBackwardArgs<T> sums = a;
+    NormBackwardArgs<T, P> sums = a;
     sums.partial_w = partial_w;
     sums.partial_b = partial_b;
-    norm_backward_params_kernel<T, Math>
+    norm_backward_params_kernel<T, Math, P>
         <<<dim3(ceil_div(n, kGradTile), plan.chunks), kGradTile * kGradLanes, 0, stream>>>(sums, plan.rows_per_chunk);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
@@ -476,8 +507,14 @@ cudaError_t norm_forward(const NormShape& shape, const NormForwardBuffers<>& io,
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const NormForwardArgs<T> a{typed<T, A>(io), shape.rows, shape.n, static_cast<A>(eps)};
-    return with_norm_math(shape.kind, [&](auto math) { return forward_rows<T, decltype(math)>(a, stream); });
+    return with_norm_math(shape.kind, [&](auto math) {
+      using Math = decltype(math);
+      if constexpr (sizeof(T) == 2)
+        if (shape.float_params)
+          return forward_rows_float_params<T, Math>({typed<T, A, float>(io), shape.rows, shape.n, static_cast<A>(eps)},
+                                                    stream);
+      return forward_rows<T, Math>({typed<T, A>(io), shape.rows, shape.n, static_cast<A>(eps)}, stream);
+    });
   });
 }
 
@@ -489,13 +526,19 @@ cudaError_t normalize_rows(const NormShape& shape, const NormApplyBuffers<>& io,
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const NormalizeArgs<T> a{typed<T, A>(io), shape.rows, shape.n};
     auto launch = [&](auto vec) {
       constexpr int kVec = decltype(vec)::value;
       const int64_t packs = shape.rows * shape.n / kVec;
       const int64_t blocks =
           std::min<int64_t>(ceil_div(packs, kNormalizeThreads), int64_t(sm_count) * kNormalizeBlocksPerSm);
-      normalize_rows_kernel<T, kVec><<<blocks, kNormalizeThreads, 0, stream>>>(a);
+      if constexpr (sizeof(T) == 2)
+        if (shape.float_params) {
+          const NormalizeArgs<T, float> a{typed<T, A, float>(io), shape.rows, shape.n};
+          normalize_rows_kernel<T, kVec, float><<<blocks, kNormalizeThreads, 0, stream>>>(a);
+          return cudaGetLastError();
+        }
+      const NormalizeArgs<T, T> a{typed<T, A>(io), shape.rows, shape.n};
+      normalize_rows_kernel<T, kVec, T><<<blocks, kNormalizeThreads, 0, stream>>>(a);
       return cudaGetLastError();
     };
     if (packable<T>(shape.n, {io.x, io.weight, io.bias, io.y}))
@@ -517,6 +560,7 @@ size_t norm_backward_workspace_bytes(const NormShape& shape, const NormParamGrad
           param_grad_plan(shape.rows, shape.n, sizeof(opmath_t<T>), vec, kBackwardMaxPacks<T>, sm_count);
       bytes = std::max(bytes, buffers * plan.partial_bytes);
     }
+
     return cudaSuccess;
   });
   return bytes;
@@ -528,13 +572,18 @@ cudaError_t norm_backward(const NormShape& shape, const NormBackwardBuffers<>& i
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const NormBackwardArgs<T> a{typed<T, A>(io), nullptr, nullptr, shape.rows, shape.n, 1, false};
     // T's own accumulator type needs no narrowing.
     constexpr bool kNarrower = sizeof(T) < sizeof(A);
     const ParamGrad dweight{grads.dweight, kNarrower && grads.dweight_in_input_type};
     const ParamGrad dbias{grads.dbias, kNarrower && grads.dbias_in_input_type};
     return with_norm_math(shape.kind, [&](auto math) {
-      return backward_rows<T, decltype(math)>(a, dweight, dbias, workspace, sm_count, stream);
+      using Math = decltype(math);
+      if constexpr (sizeof(T) == 2)
+        if (shape.float_params)
+          return backward_rows<T, Math, float>({typed<T, A, float>(io), nullptr, nullptr, shape.rows, shape.n, 1, false},
+                                               dweight, dbias, workspace, sm_count, stream);
+      return backward_rows<T, Math, T>({typed<T, A>(io), nullptr, nullptr, shape.rows, shape.n, 1, false}, dweight,
+                                       dbias, workspace, sm_count, stream);
     });
   });
 }

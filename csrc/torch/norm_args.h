@@ -20,6 +20,11 @@ void check_params(const std::optional<at::Tensor>& weight, const std::optional<a
 
 const at::Tensor* defined_or_null(const std::optional<at::Tensor>& t);
 
-at::Tensor kernel_param(const std::optional<at::Tensor>& t, const at::Tensor& input);
+// A parameter float32 beside half input (the one mix check_params allows).
+bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                     const std::optional<at::Tensor>& bias);
+
+// The parameter as the kernels take it: contiguous, in its own dtype; undefined for none.
+at::Tensor kernel_param(const std::optional<at::Tensor>& t);
 
 }  // namespace fastreduce

@@ -51,11 +51,16 @@ void check_params(const std::optional<at::Tensor>& weight, const std::optional<a
                 " but 'weight' has dtype ", to_text(w->scalar_type()), "; expected the same dtype");
 }
 
-// The kernels take the parameters in the input's dtype (a copy of n elements
-// for float32 parameters beside half activations), undefined for none.
-at::Tensor kernel_param(const std::optional<at::Tensor>& t, const at::Tensor& input) {
+bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                     const std::optional<at::Tensor>& bias) {
+  const at::Tensor* w = defined_or_null(weight);
+  const at::Tensor* b = defined_or_null(bias);
+  return (w && w->scalar_type() != input.scalar_type()) || (b && b->scalar_type() != input.scalar_type());
+}
+
+at::Tensor kernel_param(const std::optional<at::Tensor>& t) {
   const at::Tensor* defined = defined_or_null(t);
-  return defined ? in_type(*defined, input.scalar_type()).contiguous() : at::Tensor();
+  return defined ? defined->contiguous() : at::Tensor();
 }
 
 namespace {
@@ -84,12 +89,6 @@ std::pair<int64_t, int64_t> layer_norm_rows(const at::Tensor& input, at::IntArra
   return {c10::multiply_integers(input.sizes().slice(0, input.dim() - k)), c10::multiply_integers(normalized_shape)};
 }
 
-bool has_float_param(const at::Tensor& input, const std::optional<at::Tensor>& weight,
-                     const std::optional<at::Tensor>& bias) {
-  const at::Tensor* w = defined_or_null(weight);
-  const at::Tensor* b = defined_or_null(bias);
-  return (w && w->scalar_type() != input.scalar_type()) || (b && b->scalar_type() != input.scalar_type());
-}
 
 // mean/rstd in aten's shape (*leading, 1, ..., 1), of `type`.
 at::Tensor stats_tensor(const at::Tensor& input, int64_t k, at::ScalarType type) {
@@ -143,13 +142,13 @@ NormForwardResult norm_forward(NormOp kind, const at::Tensor& input, const at::T
   r.y = empty_as(x);
   at::Tensor rstd = stats_tensor(x, normalized_shape.size(), acc_type(x));
   at::Tensor mean = kind.centered() ? empty_as(rstd) : at::Tensor();
-  const at::Tensor w = kernel_param(weight, x), b = kernel_param(bias, x);
+  const at::Tensor w = kernel_param(weight), b = kernel_param(bias);
   if (n == 0) {  // rows of no elements: aten's statistics (mean 0, rstd NaN), nothing to normalise
     rstd.fill_(std::numeric_limits<double>::quiet_NaN());
     if (mean.defined()) mean.zero_();
     if (residual) r.residual_out.copy_(x);
   } else {
-    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op};
+    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op, has_float_param(x, weight, bias)};
     const NormForwardBuffers<> io{x.const_data_ptr(), data_or_null(added),          data_or_null(w),
                                   data_or_null(b),    r.y.data_ptr(),               mutable_or_null(r.residual_out),
                                   mutable_or_null(mean), rstd.data_ptr()};
@@ -197,7 +196,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   const auto acc = acc_type(input);
   const at::Tensor mean_acc = mean ? in_type(*mean, acc).contiguous() : at::Tensor();
   const at::Tensor rstd_acc = in_type(rstd, acc).contiguous();
-  const at::Tensor kernel_weight = kernel_param(weight, input);
+  const at::Tensor kernel_weight = kernel_param(weight);
   at::Tensor dx = empty_as(x);
   // The kernels write each gradient in its parameter's dtype; layer_norm's
   // make dweight and dbias when either parameter exists (the absent one's in
@@ -208,7 +207,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   at::Tensor dweight = w || b ? grad_for(w) : at::Tensor();
   at::Tensor dbias = kind.centered() && (w || b) ? grad_for(b) : at::Tensor();
   if (rows > 0 && n > 0) {
-    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op};
+    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op, has_float_param(x, weight, bias)};
     const NormBackwardBuffers<> io{dy.const_data_ptr(),       x.const_data_ptr(),       data_or_null(carried_rows),
                                    data_or_null(mean_acc),    rstd_acc.const_data_ptr(), data_or_null(kernel_weight),
                                    dx.data_ptr()};

@@ -65,12 +65,12 @@ at::Tensor backend::normalize_rows(const at::Tensor& input, const std::optional<
   const at::Tensor mean_rows = centered ? mean->contiguous() : at::Tensor(), rstd_rows = rstd.contiguous();
   const int64_t n = input.size(-1);
   check_params(weight, bias, input, {n}, op);
-  const at::Tensor w = kernel_param(weight, input), b = kernel_param(bias, input);
+  const at::Tensor w = kernel_param(weight), b = kernel_param(bias);
   at::Tensor y = at::empty_like(x);
   if (x.numel() == 0) return y;
   if (x.is_cuda()) {
     const NormShape shape{to_dtype(x.scalar_type(), op), x.numel() / n, n,
-                          centered ? NormKind::Layer : NormKind::Rms, op};
+                          centered ? NormKind::Layer : NormKind::Rms, op, has_float_param(input, weight, bias)};
     const NormApplyBuffers<> io{x.const_data_ptr(),         data_or_null(mean_rows), rstd_rows.const_data_ptr(),
                                 data_or_null(w),            data_or_null(b),         y.data_ptr()};
     const c10::DeviceGuard guard(x.device());
