@@ -82,6 +82,7 @@ SECTIONS = {
     "peers": generic_section,
     "peers_h100": generic_section,
     "peers_write_flush": generic_section,
+    "mixed_precision": generic_section,
 }
 
 
