@@ -16,7 +16,9 @@ import torch.nn.functional as F
 import fastreduce_torch as fr
 from common import SLEEP_CYCLES, Timer, environment, header, print_table, save_json
 
-SHAPES = [(8192, 768), (32768, 1024), (8192, 1600), (8192, 4096), (4096, 8192), (1024, 32768)]
+# Hidden sizes, and head sizes (query/key norms: a row per token and head).
+SHAPES = [(262144, 128), (131072, 256), (8192, 768), (32768, 1024), (8192, 1600), (8192, 4096), (4096, 8192),
+          (1024, 32768)]
 NORMS = ["rms_norm", "layer_norm", "add_rms_norm", "add_layer_norm"]
 
 

@@ -768,6 +768,38 @@ def test_rms_norm_float_weight_with_half_input(device, dtype):
     assert w.grad.dtype == torch.float32 and x_.grad.dtype == dtype
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [8, 16, 40, 64, 72, 128, 200, 256])
+def test_short_rows_several_a_warp(device, dtype, n):
+    # Head-size rows (a 16-byte pack a lane, up to 256): 1-32 lanes a row,
+    # several rows a warp, four a lane in flight; row counts that leave the
+    # last warp's segments and steps partly empty, every parameter
+    # combination, a row of inf and one of NaN. Against torch (and aten's
+    # statistics) and float64.
+    rows = 997
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    x[5, 3], x[700, 0] = float("inf"), float("nan")
+    w, b = torch.randn(n, device=device).to(dtype), torch.randn(n, device=device).to(dtype)
+    finite = torch.ones(rows, dtype=torch.bool, device=device)
+    finite[[5, 700]] = False
+    for weight, bias in [(w, b), (w, None), (None, b), (None, None)]:
+        out, mean, rstd = torch.ops.fastreduce.layer_norm(x, [n], weight, bias, 1e-5)
+        ref_out, ref_mean, ref_rstd = torch.ops.aten.native_layer_norm(x, [n], weight, bias, 1e-5)
+        exact = F.layer_norm(x.double(), [n], None if weight is None else weight.double(),
+                             None if bias is None else bias.double(), 1e-5)
+        assert torch.equal(out.isnan(), ref_out.isnan())
+        error_vs_reference(out[finite], ref_out[finite], exact[finite])
+        torch.testing.assert_close(mean[finite].double(), ref_mean[finite].double(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(rstd[finite].double(), ref_rstd[finite].double(), rtol=1e-2, atol=1e-2)
+    for weight in (w, None):
+        out = fr.rms_norm(x, n, weight, 1e-6)
+        ref_out = F.rms_norm(x, [n], weight, 1e-6)
+        exact = F.rms_norm(x.double(), [n], None if weight is None else weight.double(), 1e-6)
+        assert torch.equal(out.isnan(), ref_out.isnan())
+        error_vs_reference(out[finite], ref_out[finite], exact[finite])
+
+
 def half_ulp(exact, dtype):
     """Half a unit in the last place of `dtype` at each exact value (normal range)."""
     mantissa = {torch.float16: 10, torch.bfloat16: 7}[dtype]
