@@ -817,8 +817,8 @@ def test_float32_parameters_beside_half_input_round_once(device, dtype, n, norm)
     # gradient are the exact values rounded once, within half a unit in the
     # last place and float32's error (rounded to the rows' dtype first, they
     # were up to a unit off). Every parameter combination, forward and
-    # backward; widths of each kernel shape (staged warp rows packed and
-    # not, one block a row, a row past shared memory).
+    # backward; widths of each kernel shape (several rows a warp, a warp a
+    # row packed and not, a block a row, a cluster a row).
     rows, eps = (4 if n > 10000 else 64), 1e-5
     centered, fused = norm.endswith("layer_norm"), norm.startswith("add")
     data = {"x": (torch.randn(rows, n, device=device) * 2 + 0.5).to(dtype)}
