@@ -319,20 +319,18 @@ void softmax_backward_rows(const SoftmaxShape& shape, const SoftmaxBackwardBuffe
 void norm_forward_cpu(const NormShape& shape, const NormForwardBuffers<>& io, double eps) {
   cpu::with_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = at::opmath_type<T>;
-    if constexpr (sizeof(T) == 2)
-      if (shape.float_params) return norm_forward_rows(shape, typed<T, A, float>(io), eps);
-    norm_forward_rows(shape, typed<T, A>(io), eps);
+    with_param_type<T>(shape, [&](auto param) {
+      norm_forward_rows(shape, typed<T, at::opmath_type<T>, typename decltype(param)::type>(io), eps);
+    });
   });
 }
 
 void norm_backward_cpu(const NormShape& shape, const NormBackwardBuffers<>& io, const NormParamGrads& grads) {
   cpu::with_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = at::opmath_type<T>;
-    if constexpr (sizeof(T) == 2)
-      if (shape.float_params) return norm_backward_rows(shape, typed<T, A, float>(io), grads);
-    norm_backward_rows(shape, typed<T, A>(io), grads);
+    with_param_type<T>(shape, [&](auto param) {
+      norm_backward_rows(shape, typed<T, at::opmath_type<T>, typename decltype(param)::type>(io), grads);
+    });
   });
 }
 

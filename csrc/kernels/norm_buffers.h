@@ -102,6 +102,15 @@ struct NormParamGrads {
   bool dbias_in_input_type;
 };
 
+// f(TypeTag<P>{}) for the parameters' type P beside rows of T: float where
+// the shape says so (two-byte rows only), T otherwise.
+template <typename T, typename F>
+decltype(auto) with_param_type(const NormShape& shape, F&& f) {
+  if constexpr (sizeof(T) == 2)
+    if (shape.float_params) return f(TypeTag<float>{});
+  return f(TypeTag<T>{});
+}
+
 template <typename T, typename A, typename P = T>
 NormForwardBuffers<T, A, P> typed(const NormForwardBuffers<>& b) {
   return {static_cast<const T*>(b.x),     static_cast<const T*>(b.residual), static_cast<const P*>(b.weight),

@@ -542,11 +542,12 @@ cudaError_t norm_forward(const NormShape& shape, const NormForwardBuffers<>& io,
     using A = opmath_t<T>;
     return with_norm_math(shape.kind, [&](auto math) {
       using Math = decltype(math);
-      if constexpr (sizeof(T) == 2)
-        if (shape.float_params)
-          return forward_rows_float_params<T, Math>({typed<T, A, float>(io), shape.rows, shape.n, static_cast<A>(eps)},
-                                                    stream);
-      return forward_rows<T, Math>({typed<T, A>(io), shape.rows, shape.n, static_cast<A>(eps)}, stream);
+      return with_param_type<T>(shape, [&](auto param) {
+        using P = typename decltype(param)::type;
+        const NormForwardArgs<T, P> a{typed<T, A, P>(io), shape.rows, shape.n, static_cast<A>(eps)};
+        if constexpr (std::is_same_v<P, T>) return forward_rows<T, Math>(a, stream);
+        else return forward_rows_float_params<T, Math>(a, stream);
+      });
     });
   });
 }
@@ -564,15 +565,12 @@ cudaError_t normalize_rows(const NormShape& shape, const NormApplyBuffers<>& io,
       const int64_t packs = shape.rows * shape.n / kVec;
       const int64_t blocks =
           std::min<int64_t>(ceil_div(packs, kNormalizeThreads), int64_t(sm_count) * kNormalizeBlocksPerSm);
-      if constexpr (sizeof(T) == 2)
-        if (shape.float_params) {
-          const NormalizeArgs<T, float> a{typed<T, A, float>(io), shape.rows, shape.n};
-          normalize_rows_kernel<T, kVec, float><<<blocks, kNormalizeThreads, 0, stream>>>(a);
-          return cudaGetLastError();
-        }
-      const NormalizeArgs<T, T> a{typed<T, A>(io), shape.rows, shape.n};
-      normalize_rows_kernel<T, kVec, T><<<blocks, kNormalizeThreads, 0, stream>>>(a);
-      return cudaGetLastError();
+      return with_param_type<T>(shape, [&](auto param) {
+        using P = typename decltype(param)::type;
+        const NormalizeArgs<T, P> a{typed<T, A, P>(io), shape.rows, shape.n};
+        normalize_rows_kernel<T, kVec, P><<<blocks, kNormalizeThreads, 0, stream>>>(a);
+        return cudaGetLastError();
+      });
     };
     if (packable<T>(shape.n, {io.x, io.weight, io.bias, io.y}))
       return launch(std::integral_constant<int, Vec16<T>::kSize>{});
@@ -610,13 +608,11 @@ cudaError_t norm_backward(const NormShape& shape, const NormBackwardBuffers<>& i
     const ParamGrad dweight{grads.dweight, kNarrower && grads.dweight_in_input_type};
     const ParamGrad dbias{grads.dbias, kNarrower && grads.dbias_in_input_type};
     return with_norm_math(shape.kind, [&](auto math) {
-      using Math = decltype(math);
-      if constexpr (sizeof(T) == 2)
-        if (shape.float_params)
-          return backward_rows<T, Math, float>({typed<T, A, float>(io), nullptr, nullptr, shape.rows, shape.n, 1, false},
-                                               dweight, dbias, workspace, sm_count, stream);
-      return backward_rows<T, Math, T>({typed<T, A>(io), nullptr, nullptr, shape.rows, shape.n, 1, false}, dweight,
-                                       dbias, workspace, sm_count, stream);
+      return with_param_type<T>(shape, [&](auto param) {
+        using P = typename decltype(param)::type;
+        return backward_rows<T, decltype(math), P>({typed<T, A, P>(io), nullptr, nullptr, shape.rows, shape.n, 1, false},
+                                                   dweight, dbias, workspace, sm_count, stream);
+      });
     });
   });
 }

@@ -143,19 +143,20 @@ NormForwardResult norm_forward(NormOp kind, const at::Tensor& input, const at::T
   at::Tensor rstd = stats_tensor(x, normalized_shape.size(), acc_type(x));
   at::Tensor mean = kind.centered() ? empty_as(rstd) : at::Tensor();
   const at::Tensor w = kernel_param(weight), b = kernel_param(bias);
+  const bool float_params = has_float_param(x, weight, bias);
   if (n == 0) {  // rows of no elements: aten's statistics (mean 0, rstd NaN), nothing to normalise
     rstd.fill_(std::numeric_limits<double>::quiet_NaN());
     if (mean.defined()) mean.zero_();
     if (residual) r.residual_out.copy_(x);
   } else {
-    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op, has_float_param(x, weight, bias)};
+    const NormShape shape{to_dtype(x.scalar_type(), op), rows, n, kind.kind, op, float_params};
     const NormForwardBuffers<> io{x.const_data_ptr(), data_or_null(added),          data_or_null(w),
                                   data_or_null(b),    r.y.data_ptr(),               mutable_or_null(r.residual_out),
                                   mutable_or_null(mean), rstd.data_ptr()};
     const c10::DeviceGuard guard(x.device());
     norm_forward_stub(x.device().type(), shape, io, eps);
   }
-  const auto type = returned_stats_type(x, has_float_param(x, weight, bias) || !kind.centered());
+  const auto type = returned_stats_type(x, float_params || !kind.centered());
   r.rstd = in_type(rstd, type);
   if (mean.defined()) r.mean = in_type(mean, type);
   return r;
