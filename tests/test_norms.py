@@ -800,6 +800,47 @@ def test_short_rows_several_a_warp(device, dtype, n):
         error_vs_reference(out[finite], ref_out[finite], exact[finite])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [8, 40, 64, 72, 128, 256])
+@pytest.mark.parametrize("rows", [5, 997, 70001])
+def test_short_rows_backward(device, dtype, n, rows):
+    # The backward of those rows: several a warp, each block's lanes summing
+    # their columns' parameter gradients into one partial row (70001 rows:
+    # many rows a block). Every parameter combination, and the fused add's
+    # residual gradient; against torch and float64.
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    r = torch.randn(rows, n, device=device).to(dtype)
+    g, g_res = torch.randn(rows, n, device=device).to(dtype), torch.randn(rows, n, device=device).to(dtype)
+    w, b = torch.randn(n, device=device).to(dtype), torch.randn(n, device=device).to(dtype)
+    for weight, bias in [(w, b), (w, None), (None, b), (None, None)]:
+        inputs = [t for t in (x, weight, bias) if t is not None]
+        mine, wide, theirs = leaves(*inputs), leaves(*(t.double() for t in inputs)), leaves(*inputs)
+
+        def params(ts):
+            ts = list(ts[1:])
+            return (ts.pop(0) if weight is not None else None), (ts.pop(0) if bias is not None else None)
+
+        grads = torch.autograd.grad(fr.layer_norm(mine[0], n, *params(mine)), mine, g)
+        exact = torch.autograd.grad(F.layer_norm(wide[0], [n], *params(wide)), wide, g.double())
+        # torch 2.11's CUDA backward fails on a bias without a weight ("invalid gradient at index 2").
+        torch_grads = ([None] * len(inputs) if weight is None and bias is not None and device == "cuda"
+                       else torch.autograd.grad(F.layer_norm(theirs[0], [n], *params(theirs)), theirs, g))
+        for ours_g, exact_g, theirs_g in zip(grads, exact, torch_grads):
+            close_to_reference(ours_g, exact_g, theirs=theirs_g)
+    for weight in (w, None):
+        inputs = [t for t in (x, r, weight) if t is not None]
+        mine, wide = leaves(*inputs), leaves(*(t.double() for t in inputs))
+        out, h = fr.add_rms_norm(mine[0], mine[1], n, mine[2] if weight is not None else None)
+        grads = torch.autograd.grad((out, h), mine, (g, g_res))
+        h64 = wide[0] + wide[1]
+        h64 = h64 + (h64.to(dtype).double() - h64).detach()  # the rounded sum the op normalises
+        out64 = F.rms_norm(h64, [n], wide[2] if weight is not None else None)
+        exact = torch.autograd.grad((out64, h64), wide, (g.double(), g_res.double()))
+        for ours_g, exact_g in zip(grads, exact):
+            close_to_reference(ours_g, exact_g)
+
+
 def half_ulp(exact, dtype):
     """Half a unit in the last place of `dtype` at each exact value (normal range)."""
     mantissa = {torch.float16: 10, torch.bfloat16: 7}[dtype]

@@ -912,6 +912,100 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_sho
   }
 }
 
+// Sums each lane's value over the lanes kWidth, 2 * kWidth, ... apart (the
+// same lane of every aligned group of kWidth), in a fixed order.
+template <int kWidth, typename Acc>
+__device__ __forceinline__ Acc warp_segments_sum(Acc value) {
+#pragma unroll
+  for (int offset = kWidth; offset < kWarpSize; offset *= 2) value += shuffle_xor(value, offset);
+  return value;
+}
+
+// The backward of those rows (any residual gradient added): block b takes
+// rows [b * rows_per_group, (b + 1) * rows_per_group), each warp
+// kShortRowSteps rows a segment at a time; with `partial_w` each lane sums
+// dy * xhat (and dy) of its column over its rows, and the block writes one
+// partial row of each, its segments and then its warps added in a fixed
+// order.
+template <typename T, int kLanes, typename Math, typename P = T>
+__global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
+    norm_backward_short_rows_kernel(NormBackwardArgs<T, P> a) {
+  constexpr bool kCentered = Math::kCentered;
+  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes, kTile = kSegments * kShortRowSteps;
+  using A = opmath_t<T>;
+  using Pack = Vec16<T>;
+  __shared__ A totals[2][kWarpRowsPerBlock][kLanes * kVec];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, column = lane % kLanes;
+  const int n = static_cast<int>(a.n);
+  const bool in_row = column < n / kVec, params = a.partial_w != nullptr, bias = a.partial_b != nullptr;
+  const int64_t begin = blockIdx.x * a.rows_per_group;
+  const int64_t end = begin + a.rows_per_group < a.rows ? begin + a.rows_per_group : a.rows;
+  VecN<P, kVec> scale{};  // zeros past the row: its zero packs' g must stay 0 in the row's sums
+  if (a.weight && in_row) scale = load_param_pack<kVec>(a.weight + column * kVec);
+  A sums_w[kVec] = {}, sums_b[kVec] = {};
+  for (int64_t tile = begin + int64_t(warp) * kTile; tile < end; tile += int64_t(kWarpRowsPerBlock) * kTile) {
+    const auto row_at = [&](int k) { return tile + int64_t(k) * kSegments + lane / kLanes; };
+    Pack xs[kShortRowSteps], gs[kShortRowSteps];
+#pragma unroll
+    for (int k = 0; k < kShortRowSteps; ++k) {
+      const bool live = in_row && row_at(k) < end;
+      xs[k] = live ? reinterpret_cast<const Pack*>(a.x + row_at(k) * n)[column] : Pack{};
+      gs[k] = live ? reinterpret_cast<const Pack*>(a.dy + row_at(k) * n)[column] : Pack{};
+    }
+#pragma unroll
+    for (int k = 0; k < kShortRowSteps; ++k) {
+      const int64_t row = row_at(k);
+      const bool live = row < end;
+      const A mu = live ? row_mean<kCentered>(a.mean, row) : A(0), r = live ? a.rstd[row] : A(0);
+      A g[kVec], xhat[kVec], sum_g = 0, sum_gx = 0;  // zero packs past the row add nothing
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        g[j] = static_cast<A>(gs[k].elem[j]) * (a.weight ? static_cast<A>(scale.elem[j]) : A(1));
+        xhat[j] = (static_cast<A>(xs[k].elem[j]) - mu) * r;
+        sum_g += g[j];
+        sum_gx += g[j] * xhat[j];
+      }
+      const A mean_g = kCentered ? warp_allreduce<SumOp<A>, kLanes>(sum_g) / static_cast<A>(n) : A(0);
+      const A mean_gx = warp_allreduce<SumOp<A>, kLanes>(sum_gx) / static_cast<A>(n);
+      if (!live || !in_row) continue;
+      Pack carried{}, out;
+      if (a.grad_residual) carried = reinterpret_cast<const Pack*>(a.grad_residual + row * n)[column];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        A v = r * (g[j] - mean_g - xhat[j] * mean_gx);
+        if (a.grad_residual) v += static_cast<A>(carried.elem[j]);
+        out.elem[j] = static_cast<T>(v);
+        sums_w[j] += static_cast<A>(gs[k].elem[j]) * xhat[j];
+        sums_b[j] += static_cast<A>(gs[k].elem[j]);
+      }
+      reinterpret_cast<Pack*>(a.dx + row * n)[column] = out;
+    }
+  }
+  if (!params) return;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    sums_w[j] = warp_segments_sum<kLanes>(sums_w[j]);
+    sums_b[j] = warp_segments_sum<kLanes>(sums_b[j]);
+  }
+  if (lane < kLanes) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      totals[0][warp][lane * kVec + j] = sums_w[j];
+      totals[1][warp][lane * kVec + j] = sums_b[j];
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    A total_w = 0, total_b = 0;
+    for (int w = 0; w < kWarpRowsPerBlock; ++w) {
+      total_w += totals[0][w][c];
+      total_b += totals[1][w][c];
+    }
+    a.partial_w[blockIdx.x * int64_t(n) + c] = total_w;
+    if (bias) a.partial_b[blockIdx.x * int64_t(n) + c] = total_b;
+  }
+}
+
 // ---- Short rows staged in shared memory, one warp each (no residual: the
 // launcher takes fused adds to the register kernel).
 template <typename T, int kVec, typename Math>

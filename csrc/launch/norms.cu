@@ -198,22 +198,30 @@ bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
   return sizeof(T) == 2 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
 }
 
+// f(kLanes): the fewest lanes, a power of two, that hold a short row's packs.
+template <typename T, typename F>
+cudaError_t with_short_row_lanes(int64_t n, F&& f) {
+  const int64_t groups = n / Vec16<T>::kSize;
+  if (groups <= 1) return f(std::integral_constant<int, 1>{});
+  if (groups <= 2) return f(std::integral_constant<int, 2>{});
+  if (groups <= 4) return f(std::integral_constant<int, 4>{});
+  if (groups <= 8) return f(std::integral_constant<int, 8>{});
+  if (groups <= 16) return f(std::integral_constant<int, 16>{});
+  return f(std::integral_constant<int, 32>{});
+}
+
+// The rows a block of the short-row kernels takes at a time.
+template <int kLanes>
+constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * (kWarpSize / kLanes) * kShortRowSteps;
+
 template <typename T, typename Math, typename P>
 cudaError_t launch_short_rows(const NormForwardArgs<T, P>& a, cudaStream_t stream) {
-  const int64_t groups = a.n / Vec16<T>::kSize;
-  auto launch = [&](auto lanes) {
+  return with_short_row_lanes<T>(a.n, [&](auto lanes) {
     constexpr int kLanes = decltype(lanes)::value;
-    constexpr int64_t kRowsPerBlock = int64_t(kWarpRowsPerBlock) * (kWarpSize / kLanes) * kShortRowSteps;
     norm_forward_short_rows_kernel<T, kLanes, Math, P>
-        <<<ceil_div(a.rows, kRowsPerBlock), kWarpRowsPerBlock * kWarpSize, 0, stream>>>(a);
+        <<<ceil_div(a.rows, kShortRowsPerBlock<kLanes>), kWarpRowsPerBlock * kWarpSize, 0, stream>>>(a);
     return cudaGetLastError();
-  };
-  if (groups <= 1) return launch(std::integral_constant<int, 1>{});
-  if (groups <= 2) return launch(std::integral_constant<int, 2>{});
-  if (groups <= 4) return launch(std::integral_constant<int, 4>{});
-  if (groups <= 8) return launch(std::integral_constant<int, 8>{});
-  if (groups <= 16) return launch(std::integral_constant<int, 16>{});
-  return launch(std::integral_constant<int, 32>{});
+  });
 }
 
 template <typename T, typename Math>
@@ -496,7 +504,18 @@ cudaError_t backward_rows(NormBackwardArgs<T, P> a, ParamGrad dweight, ParamGrad
                              std::make_tuple(a));
   };
   cudaError_t err = cudaSuccess;
-  if (n <= kWarpRowMax) {
+  if (takes_short_rows<T>(n, buffers) && (!params || plan.fused)) {
+    // Several rows a warp: with the parameter gradients a block a chunk of
+    // the plan's, else a block a tile of rows.
+    err = with_short_row_lanes<T>(n, [&](auto lanes_per_row) {
+      constexpr int kLanes = decltype(lanes_per_row)::value;
+      NormBackwardArgs<T, P> shorts = lanes;
+      const int64_t blocks = params ? plan.chunks : ceil_div(rows, kShortRowsPerBlock<kLanes>);
+      shorts.rows_per_group = ceil_div(rows, blocks);
+      norm_backward_short_rows_kernel<T, kLanes, Math, P><<<blocks, kWarpRowsPerBlock * kWarpSize, 0, stream>>>(shorts);
+      return cudaGetLastError();
+    });
+  } else if (n <= kWarpRowMax) {
     err = with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
       return launch(backward_lanes_kernel<T, kPacks, kVec, true, Math, P>(residual_stage != 0),
