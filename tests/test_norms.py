@@ -775,8 +775,8 @@ def test_short_rows_several_a_warp(device, dtype, n):
     # Head-size rows (a 16-byte pack a lane, up to 256): 1-32 lanes a row,
     # several rows a warp, four a lane in flight; row counts that leave the
     # last warp's segments and steps partly empty, every parameter
-    # combination, a row of inf and one of NaN. Against torch (and aten's
-    # statistics) and float64.
+    # combination, a row of inf and one of NaN, the fused adds. Against torch
+    # (and aten's statistics) and float64.
     rows = 997
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
     x[5, 3], x[700, 0] = float("inf"), float("nan")
@@ -798,6 +798,19 @@ def test_short_rows_several_a_warp(device, dtype, n):
         exact = F.rms_norm(x.double(), [n], None if weight is None else weight.double(), 1e-6)
         assert torch.equal(out.isnan(), ref_out.isnan())
         error_vs_reference(out[finite], ref_out[finite], exact[finite])
+    r = torch.randn(rows, n, device=device).to(dtype)
+    h = x + r  # torch's add, rounded once
+    for weight, bias in [(w, b), (None, None)]:
+        wide = [None if t is None else t.double() for t in (weight, bias)]
+        for out, h_out, ref_out, exact in [
+            (*fr.add_layer_norm(x, r, n, weight, bias, 1e-5), F.layer_norm(h, [n], weight, bias, 1e-5),
+             F.layer_norm(h.double(), [n], *wide, 1e-5)),
+            (*fr.add_rms_norm(x, r, n, weight, 1e-6), F.rms_norm(h, [n], weight, 1e-6),
+             F.rms_norm(h.double(), [n], wide[0], 1e-6)),
+        ]:
+            torch.testing.assert_close(h_out, h, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(out.isnan(), ref_out.isnan())
+            error_vs_reference(out[finite], ref_out[finite], exact[finite])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -808,26 +821,29 @@ def test_short_rows_backward(device, dtype, n, rows):
     # The backward of those rows: several a warp, each block's lanes summing
     # their columns' parameter gradients into one partial row (70001 rows:
     # many rows a block). Every parameter combination, and the fused add's
-    # residual gradient; against torch and float64.
+    # residual gradient, float32 parameters too; against torch and float64.
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
     r = torch.randn(rows, n, device=device).to(dtype)
     g, g_res = torch.randn(rows, n, device=device).to(dtype), torch.randn(rows, n, device=device).to(dtype)
     w, b = torch.randn(n, device=device).to(dtype), torch.randn(n, device=device).to(dtype)
-    for weight, bias in [(w, b), (w, None), (None, b), (None, None)]:
+    for weight, bias in [(w, b), (w, None), (None, b), (None, None), (w.float(), b.float())]:
         inputs = [t for t in (x, weight, bias) if t is not None]
-        mine, wide, theirs = leaves(*inputs), leaves(*(t.double() for t in inputs)), leaves(*inputs)
+        # float64 on the CPU: torch 2.11's CUDA backward fails on a bias
+        # without a weight ("invalid gradient at index 2"); nor does torch mix
+        # float32 parameters into half rows.
+        mine, wide, theirs = leaves(*inputs), leaves(*(t.cpu().double() for t in inputs)), leaves(*inputs)
 
         def params(ts):
             ts = list(ts[1:])
             return (ts.pop(0) if weight is not None else None), (ts.pop(0) if bias is not None else None)
 
         grads = torch.autograd.grad(fr.layer_norm(mine[0], n, *params(mine)), mine, g)
-        exact = torch.autograd.grad(F.layer_norm(wide[0], [n], *params(wide)), wide, g.double())
-        # torch 2.11's CUDA backward fails on a bias without a weight ("invalid gradient at index 2").
-        torch_grads = ([None] * len(inputs) if weight is None and bias is not None and device == "cuda"
+        exact = torch.autograd.grad(F.layer_norm(wide[0], [n], *params(wide)), wide, g.cpu().double())
+        skip_torch = (weight is not None and weight.dtype != dtype) or (weight is None and bias is not None)
+        torch_grads = ([None] * len(inputs) if skip_torch
                        else torch.autograd.grad(F.layer_norm(theirs[0], [n], *params(theirs)), theirs, g))
         for ours_g, exact_g, theirs_g in zip(grads, exact, torch_grads):
-            close_to_reference(ours_g, exact_g, theirs=theirs_g)
+            close_to_reference(ours_g, exact_g.to(device), theirs=theirs_g)
     for weight in (w, None):
         inputs = [t for t in (x, r, weight) if t is not None]
         mine, wide = leaves(*inputs), leaves(*(t.double() for t in inputs))

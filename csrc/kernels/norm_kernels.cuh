@@ -847,14 +847,15 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
   }
 }
 
-// ---- Short rows of 16-byte packs, a pack a lane (no residual): kLanes
-// lanes a row (the fewest, a power of two, that hold it), so a warp holds
-// kWarpSize / kLanes rows at a time, and each lane loads kShortRowSteps
-// rows' packs before the first reduction. One row a warp, staged or in
-// registers, kept a few hundred bytes a warp in flight and left lanes idle:
-// row-count bound at head sizes (H200, bf16 rms_norm (262144, 128): 93 µs,
-// now 43; a copy of the bytes 33). The mean and variance in two passes over
-// the registers (no branch: the segments of a warp shuffle together).
+// ---- Short rows of 16-byte packs, a pack a lane (the residual added, h =
+// x + residual rounded to T, where given): kLanes lanes a row (the fewest, a
+// power of two, that hold it), so a warp holds kWarpSize / kLanes rows at a
+// time, and each lane loads kShortRowSteps rows' packs before the first
+// reduction. One row a warp, staged or in registers, kept a few hundred bytes
+// a warp in flight and left lanes idle: row-count bound at head sizes (H200,
+// bf16 rms_norm (262144, 128): 93 µs, now 43; a copy of the bytes 33). The
+// mean and variance in two passes over the registers (no branch: the
+// segments of a warp shuffle together).
 constexpr int kShortRowSteps = 4;
 template <typename T, int kLanes, typename Math, typename P = T>
 __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_short_rows_kernel(NormForwardArgs<T, P> a) {
@@ -868,10 +869,22 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_sho
   const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize;
   const int64_t first = warp * (kSegments * kShortRowSteps) + lane / kLanes;
   const auto row_at = [&](int k) { return first + int64_t(k) * kSegments; };
-  Pack packs[kShortRowSteps];
+  Pack packs[kShortRowSteps], adds[kShortRowSteps];
 #pragma unroll
-  for (int k = 0; k < kShortRowSteps; ++k)
-    packs[k] = in_row && row_at(k) < a.rows ? reinterpret_cast<const Pack*>(a.x + row_at(k) * n)[column] : Pack{};
+  for (int k = 0; k < kShortRowSteps; ++k) {
+    const bool live = in_row && row_at(k) < a.rows;
+    packs[k] = live ? reinterpret_cast<const Pack*>(a.x + row_at(k) * n)[column] : Pack{};
+    if (a.residual) adds[k] = live ? reinterpret_cast<const Pack*>(a.residual + row_at(k) * n)[column] : Pack{};
+  }
+  if (a.residual) {
+#pragma unroll
+    for (int k = 0; k < kShortRowSteps; ++k) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        packs[k].elem[j] = static_cast<T>(static_cast<A>(packs[k].elem[j]) + static_cast<A>(adds[k].elem[j]));
+      if (in_row && row_at(k) < a.rows) reinterpret_cast<Pack*>(a.residual_out + row_at(k) * n)[column] = packs[k];
+    }
+  }
   VecN<P, kVec> scale, shift;
   if (a.weight && in_row) scale = load_param_pack<kVec>(a.weight + column * kVec);
   if (kCentered && a.bias && in_row) shift = load_param_pack<kVec>(a.bias + column * kVec);

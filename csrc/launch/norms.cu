@@ -185,17 +185,27 @@ template <bool kCentered>
 using StagedAddPacks =
     std::conditional_t<kCentered, std::integer_sequence<int, 5, 6, 7>, std::integer_sequence<int, 2, 3, 5, 6, 7>>;
 
-// Two-byte rows of up to a 16-byte pack a lane (up to 256 wide) without a
-// residual, 16-byte aligned: several rows a warp, kShortRowSteps a lane in
-// flight (norm_forward_short_rows_kernel). H200, 2^25 elements, µs, a warp a
-// row staged -> several rows a warp (a copy of the bytes: 33): bf16 rms_norm
+// Two-byte rows of up to a 16-byte pack a lane (up to 256 wide), 16-byte
+// aligned: several rows a warp, kShortRowSteps a lane in flight, forward
+// (norm_forward_short_rows_kernel) and backward
+// (norm_backward_short_rows_kernel). H200, 2^25 elements, µs, a warp a row
+// staged -> several rows a warp (a copy of the bytes: 33): bf16 rms_norm
 // n = 64 180.7 -> 42.9, 128 93.3 -> 42.7, 256 49.0 -> 35.4; layer_norm 212.1
 // -> 57.0, 109.5 -> 50.0, 56.8 -> 47.7; float16 rms_norm 176.6 -> 38.4, 91.7
-// -> 40.0, 47.8 -> 35.2 (NOTES). Rows of 384 and 512 (two packs a lane) stay
-// staged: 45 and 37 µs.
+// -> 40.0, 47.8 -> 35.2; add_rms_norm n = 64 124 -> 79, 128 72 -> 71 (at
+// 256 the register kernel keeps the forward with the add: 66, against 74);
+// forward + backward, rms_norm n = 128 177.9 -> 96.7, 256 119.0 -> 98.7,
+// layer_norm 205.3 -> 106.6, 141.2 -> 118.5 (NOTES). Rows of 384 and 512 (two
+// packs a lane) stay staged: 45 and 37 µs.
 template <typename T>
 bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
   return sizeof(T) == 2 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
+}
+
+template <typename T, typename P>
+bool forward_takes_short_rows(const NormForwardArgs<T, P>& a) {
+  const bool narrow = !a.residual || a.n <= int64_t(kWarpSize / 2) * Vec16<T>::kSize;
+  return narrow && takes_short_rows<T>(a.n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias});
 }
 
 // f(kLanes): the fewest lanes, a power of two, that hold a short row's packs.
@@ -240,7 +250,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // nothing or lose: bench/micro/param_loads.cu).
   constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kAhead : ParamLoads::kWithRow;
   if constexpr (kHalfType) {
-    if (!a.residual && takes_short_rows<T>(n, {a.x, a.y, a.weight, a.bias})) return launch_short_rows<T, Math>(a, stream);
+    if (forward_takes_short_rows(a)) return launch_short_rows<T, Math>(a, stream);
     constexpr int kVec = Vec16<T>::kSize;
     const int64_t packs = ceil_div(n, int64_t(kWarpSize) * kVec);
     if (!a.residual && packs >= kHalfWarpPacksMin && packs <= kHalfWarpPacksMax &&
@@ -410,7 +420,7 @@ cudaError_t forward_rows_float_params(NormForwardArgs<T, float> a, cudaStream_t 
   using P = float;
   const int64_t n = a.n;
   const std::initializer_list<const void*> buffers = {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias};
-  if (!a.residual && takes_short_rows<T>(n, {a.x, a.y, a.weight, a.bias})) return launch_short_rows<T, Math>(a, stream);
+  if (forward_takes_short_rows(a)) return launch_short_rows<T, Math>(a, stream);
   if (n <= kWarpRowMax)
     return with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
