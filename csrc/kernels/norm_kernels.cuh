@@ -862,27 +862,32 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_sho
   constexpr bool kCentered = Math::kCentered;
   constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes;
   using A = opmath_t<T>;
-  using Pack = Vec16<T>;
   const int lane = threadIdx.x % kWarpSize, column = lane % kLanes;
   const int n = static_cast<int>(a.n);
   const bool in_row = column < n / kVec;
   const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize;
   const int64_t first = warp * (kSegments * kShortRowSteps) + lane / kLanes;
   const auto row_at = [&](int k) { return first + int64_t(k) * kSegments; };
-  Pack packs[kShortRowSteps], adds[kShortRowSteps];
+  const auto at = [&](const T* base, int64_t row) { return reinterpret_cast<const uint4*>(base + row * n) + column; };
+  const auto to = [&](T* base, int64_t row) { return reinterpret_cast<uint4*>(base + row * n) + column; };
+  const auto value = [](const uint4& words, int j) { return word_element<T>(words, j); };
+  // The packs as words: typed as two-byte fields they are split into 16-bit
+  // registers as they land (bfloat16: 78-90 registers, 50-64 as words).
+  uint4 packs[kShortRowSteps], adds[kShortRowSteps];
 #pragma unroll
   for (int k = 0; k < kShortRowSteps; ++k) {
     const bool live = in_row && row_at(k) < a.rows;
-    packs[k] = live ? reinterpret_cast<const Pack*>(a.x + row_at(k) * n)[column] : Pack{};
-    if (a.residual) adds[k] = live ? reinterpret_cast<const Pack*>(a.residual + row_at(k) * n)[column] : Pack{};
+    packs[k] = live ? *at(a.x, row_at(k)) : uint4{};
+    if (a.residual) adds[k] = live ? *at(a.residual, row_at(k)) : uint4{};
   }
   if (a.residual) {
 #pragma unroll
     for (int k = 0; k < kShortRowSteps; ++k) {
+      A sums[kVec];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        packs[k].elem[j] = static_cast<T>(static_cast<A>(packs[k].elem[j]) + static_cast<A>(adds[k].elem[j]));
-      if (in_row && row_at(k) < a.rows) reinterpret_cast<Pack*>(a.residual_out + row_at(k) * n)[column] = packs[k];
+      for (int j = 0; j < kVec; ++j) sums[j] = value(packs[k], j) + value(adds[k], j);
+      packs[k] = words_of<T>(sums);
+      if (in_row && row_at(k) < a.rows) *to(a.residual_out, row_at(k)) = packs[k];
     }
   }
   VecN<P, kVec> scale, shift;
@@ -895,12 +900,12 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_sho
     if constexpr (kCentered) {
       A sum = 0;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) sum += in_row ? static_cast<A>(packs[k].elem[j]) : A(0);
+      for (int j = 0; j < kVec; ++j) sum += in_row ? value(packs[k], j) : A(0);
       mean = row_sum(sum) / static_cast<A>(n);
     }
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      const A d = static_cast<A>(packs[k].elem[j]) - mean;
+      const A d = value(packs[k], j) - mean;
       squares += in_row ? d * d : A(0);
     }
     const A rstd = rsqrt_acc(row_sum(squares) / static_cast<A>(n) + a.eps);
@@ -908,15 +913,14 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_sho
     if (row >= a.rows) continue;
     if (in_row) {
       const RowNormalizer<T, A> normalize(mean, rstd);
-      Pack out;
+      A out[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        A v = normalize(static_cast<A>(packs[k].elem[j]));
-        if (a.weight) v *= static_cast<A>(scale.elem[j]);
-        if (kCentered && a.bias) v += static_cast<A>(shift.elem[j]);
-        out.elem[j] = static_cast<T>(v);
+        out[j] = normalize(value(packs[k], j));
+        if (a.weight) out[j] *= element(scale, j);
+        if (kCentered && a.bias) out[j] += element(shift, j);
       }
-      reinterpret_cast<Pack*>(a.y + row * n)[column] = out;
+      *to(a.y, row) = words_of<T>(out);
     }
     if (column == 0) {
       if constexpr (kCentered) a.mean[row] = mean;
