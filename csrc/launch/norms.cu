@@ -190,13 +190,12 @@ using StagedAddPacks =
 // (norm_forward_short_rows_kernel) and backward
 // (norm_backward_short_rows_kernel). H200, 2^25 elements, µs, a warp a row
 // staged -> several rows a warp (a copy of the bytes: 33): bf16 rms_norm
-// n = 64 180.7 -> 42.9, 128 93.3 -> 42.7, 256 49.0 -> 35.4; layer_norm 212.1
-// -> 57.0, 109.5 -> 50.0, 56.8 -> 47.7; float16 rms_norm 176.6 -> 38.4, 91.7
-// -> 40.0, 47.8 -> 35.2; add_rms_norm n = 64 124 -> 79, 128 72 -> 71 (at
-// 256 the register kernel keeps the forward with the add: 66, against 74);
-// forward + backward, rms_norm n = 128 177.9 -> 96.7, 256 119.0 -> 98.7,
-// layer_norm 205.3 -> 106.6, 141.2 -> 118.5 (NOTES). Rows of 384 and 512 (two
-// packs a lane) stay staged: 45 and 37 µs.
+// n = 64 180.7 -> 35.5, 128 93.3 -> 35.6, 256 49.0 -> 35.7; layer_norm 212.1
+// -> 39.5, 109.5 -> 39.8, 56.8 -> 40.5; add_rms_norm n = 64 124 -> 69, 128
+// 72 -> 69 (at 256 the register kernel keeps the forward with the add: 66,
+// against 74); forward + backward, rms_norm n = 128 177.9 -> 94.5, 256 119.0
+// -> 96.6, layer_norm 205.3 -> 102.5, 141.2 -> 104.9 (NOTES). Rows of 384
+// and 512 (two packs a lane) stay staged: 45 and 37 µs.
 template <typename T>
 bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
   return sizeof(T) == 2 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
