@@ -177,7 +177,14 @@ struct RmsNormFunction {
 
 // The fused residual add: the gradient reaching residual_out joins the norm's
 // input gradient in the backward kernel, and the sum is the gradient of both
-// input and residual.
+// input and residual. Gradients are not materialised: an unused residual_out
+// adds nothing (a zero gradient cost a fill and a read of the rows); an
+// unused output is a zero grad_out.
+Tensors3 add_norm_grads(NodeContext* ctx, NormKind kind, const variable_list& grads) {
+  const at::Tensor grad_out = grads[0].defined() ? grads[0] : at::zeros_like(ctx->get_saved_variables()[0]);
+  return norm_grads(ctx, kind, grad_out, or_none(grads[1]));
+}
+
 struct AddLayerNormFunction {
   using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
   static constexpr const char* kName = "fastreduce::AddLayerNormBackward";
@@ -189,10 +196,11 @@ struct AddLayerNormFunction {
                    at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
                    const std::optional<at::Tensor>& bias, double) {
     const auto& [y, residual_out, mean, rstd] = out;
+    ctx->set_materialize_grads(false);
     save_norm(ctx, normalized_shape, {residual_out, mean, rstd}, {weight, bias});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    auto [dx, dweight, dbias] = norm_grads(ctx, NormKind::Layer, grads[0], grads[1]);
+    auto [dx, dweight, dbias] = add_norm_grads(ctx, NormKind::Layer, grads);
     return {dx, dx, {}, dweight, dbias, {}};
   }
 };
@@ -206,10 +214,11 @@ struct AddRmsNormFunction {
   static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor&, const at::Tensor&,
                    at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight, std::optional<double>) {
     const auto& [y, residual_out, rstd] = out;
+    ctx->set_materialize_grads(false);
     save_norm(ctx, normalized_shape, {residual_out, rstd}, {weight});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
-    auto [dx, dweight, dbias] = norm_grads(ctx, NormKind::Rms, grads[0], grads[1]);
+    auto [dx, dweight, dbias] = add_norm_grads(ctx, NormKind::Rms, grads);
     return {dx, dx, {}, dweight, {}};
   }
 };
