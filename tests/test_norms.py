@@ -769,10 +769,11 @@ def test_rms_norm_float_weight_with_half_input(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n", [8, 16, 40, 64, 72, 128, 200, 256])
 def test_short_rows_several_a_warp(device, dtype, n):
-    # Head-size rows (a 16-byte pack a lane, up to 256): 1-32 lanes a row,
+    # Head-size rows (a 16-byte pack a lane: two-byte rows up to 256, float
+    # up to 128): 1-32 lanes a row,
     # several rows a warp, four a lane in flight; row counts that leave the
     # last warp's segments and steps partly empty, every parameter
     # combination, a row of inf and one of NaN, the fused adds. Against torch
@@ -814,7 +815,7 @@ def test_short_rows_several_a_warp(device, dtype, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n", [8, 40, 64, 72, 128, 256])
 @pytest.mark.parametrize("rows", [5, 997, 70001])
 def test_short_rows_backward(device, dtype, n, rows):

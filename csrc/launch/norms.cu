@@ -185,8 +185,8 @@ template <bool kCentered>
 using StagedAddPacks =
     std::conditional_t<kCentered, std::integer_sequence<int, 5, 6, 7>, std::integer_sequence<int, 2, 3, 5, 6, 7>>;
 
-// Two-byte rows of up to a 16-byte pack a lane (up to 256 wide), 16-byte
-// aligned: several rows a warp, kShortRowSteps a lane in flight, forward
+// Rows of up to a 16-byte pack a lane (two-byte ones up to 256 wide, float
+// up to 128), 16-byte aligned: several rows a warp, kShortRowSteps a lane in flight, forward
 // (norm_forward_short_rows_kernel) and backward
 // (norm_backward_short_rows_kernel). H200, 2^25 elements, µs, a warp a row
 // staged -> several rows a warp (a copy of the bytes: 33): bf16 rms_norm
@@ -198,7 +198,7 @@ using StagedAddPacks =
 // and 512 (two packs a lane) stay staged: 45 and 37 µs.
 template <typename T>
 bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
-  return sizeof(T) == 2 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
+  return sizeof(T) <= 4 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
 }
 
 template <typename T, typename P>
@@ -248,8 +248,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // 1024) 68.1 -> 67.4 -> 66.8; rms_norm's and the float rows' ahead gain
   // nothing or lose: bench/micro/param_loads.cu).
   constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kAhead : ParamLoads::kWithRow;
-  if constexpr (kHalfType) {
+  if constexpr (sizeof(T) <= 4)
     if (forward_takes_short_rows(a)) return launch_short_rows<T, Math>(a, stream);
+  if constexpr (kHalfType) {
     constexpr int kVec = Vec16<T>::kSize;
     const int64_t packs = ceil_div(n, int64_t(kWarpSize) * kVec);
     if (!a.residual && packs >= kHalfWarpPacksMin && packs <= kHalfWarpPacksMax &&
