@@ -194,8 +194,11 @@ using StagedAddPacks =
 // -> 39.5, 109.5 -> 39.8, 56.8 -> 40.5; add_rms_norm n = 64 124 -> 69, 128
 // 72 -> 69 (at 256 the register kernel keeps the forward with the add: 66,
 // against 74); forward + backward, rms_norm n = 128 177.9 -> 94.5, 256 119.0
-// -> 96.6, layer_norm 205.3 -> 102.5, 141.2 -> 104.9 (NOTES). Rows of 384
-// and 512 (two packs a lane) stay staged: 45 and 37 µs.
+// -> 96.6, layer_norm 205.3 -> 102.5, 141.2 -> 104.9. float32, 2^24
+// elements (copy 33): rms_norm n = 32 83.8 -> 36.0, 64 44.6 -> 35.1, 128
+// 34.9 -> 35.5; forward + backward 277.5 -> 96.2, 155.9 -> 94.1, 109.4 ->
+// 94.2 (NOTES). Two-byte rows of 384 and 512 (two packs a lane) stay
+// staged: 45 and 37 µs.
 template <typename T>
 bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
   return sizeof(T) <= 4 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
