@@ -853,7 +853,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
 // time, and each lane loads kShortRowSteps rows' packs before the first
 // reduction. One row a warp, staged or in registers, kept a few hundred bytes
 // a warp in flight and left lanes idle: row-count bound at head sizes (H200,
-// bf16 rms_norm (262144, 128): 93 µs, now 43; a copy of the bytes 33). The
+// bf16 rms_norm (262144, 128): 93 µs, now 36; a copy of the bytes 33). The
 // mean and variance in two passes over the registers (no branch: the
 // segments of a warp shuffle together).
 constexpr int kShortRowSteps = 4;
@@ -872,7 +872,7 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_sho
   const auto to = [&](T* base, int64_t row) { return reinterpret_cast<uint4*>(base + row * n) + column; };
   const auto value = [](const uint4& words, int j) { return word_element<T>(words, j); };
   // The packs as words: typed as two-byte fields they are split into 16-bit
-  // registers as they land (bfloat16: 78-90 registers, 50-64 as words).
+  // registers as they land (bfloat16: 78-90 registers, 54-64 as words).
   uint4 packs[kShortRowSteps], adds[kShortRowSteps];
 #pragma unroll
   for (int k = 0; k < kShortRowSteps; ++k) {

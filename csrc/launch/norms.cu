@@ -186,8 +186,8 @@ using StagedAddPacks =
     std::conditional_t<kCentered, std::integer_sequence<int, 5, 6, 7>, std::integer_sequence<int, 2, 3, 5, 6, 7>>;
 
 // Rows of up to a 16-byte pack a lane (two-byte ones up to 256 wide, float
-// up to 128), 16-byte aligned: several rows a warp, kShortRowSteps a lane in flight, forward
-// (norm_forward_short_rows_kernel) and backward
+// up to 128), 16-byte aligned: several rows a warp, kShortRowSteps a lane in
+// flight, forward (norm_forward_short_rows_kernel) and backward
 // (norm_backward_short_rows_kernel). H200, 2^25 elements, µs, a warp a row
 // staged -> several rows a warp (a copy of the bytes: 33): bf16 rms_norm
 // n = 64 180.7 -> 35.5, 128 93.3 -> 35.6, 256 49.0 -> 35.7; layer_norm 212.1
@@ -519,15 +519,18 @@ cudaError_t backward_rows(NormBackwardArgs<T, P> a, ParamGrad dweight, ParamGrad
   cudaError_t err = cudaSuccess;
   if (takes_short_rows<T>(n, buffers) && (!params || plan.fused)) {
     // Several rows a warp: with the parameter gradients a block a chunk of
-    // the plan's, else a block a tile of rows.
-    err = with_short_row_lanes<T>(n, [&](auto lanes_per_row) {
-      constexpr int kLanes = decltype(lanes_per_row)::value;
-      NormBackwardArgs<T, P> shorts = lanes;
-      const int64_t blocks = params ? plan.chunks : ceil_div(rows, kShortRowsPerBlock<kLanes>);
-      shorts.rows_per_group = ceil_div(rows, blocks);
-      norm_backward_short_rows_kernel<T, kLanes, Math, P><<<blocks, kWarpRowsPerBlock * kWarpSize, 0, stream>>>(shorts);
-      return cudaGetLastError();
-    });
+    // the plan's, else a block a tile of rows (not compiled for double rows,
+    // which takes_short_rows never gives).
+    if constexpr (sizeof(T) <= 4)
+      err = with_short_row_lanes<T>(n, [&](auto lanes_per_row) {
+        constexpr int kLanes = decltype(lanes_per_row)::value;
+        NormBackwardArgs<T, P> shorts = lanes;
+        const int64_t blocks = params ? plan.chunks : ceil_div(rows, kShortRowsPerBlock<kLanes>);
+        shorts.rows_per_group = ceil_div(rows, blocks);
+        norm_backward_short_rows_kernel<T, kLanes, Math, P>
+            <<<blocks, kWarpRowsPerBlock * kWarpSize, 0, stream>>>(shorts);
+        return cudaGetLastError();
+      });
   } else if (n <= kWarpRowMax) {
     err = with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;
