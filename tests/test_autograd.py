@@ -342,6 +342,25 @@ def test_one_output_of_a_fused_norm_reaches_backward(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_compiled_fused_norm_with_one_output_used(device):
+    # The fused adds' nodes take undefined gradients for unused outputs;
+    # torch.compile's traced backward gives the same gradients as eager.
+    x, r, w = (torch.randn(*shape, device=device, requires_grad=True) for shape in ((6, 16), (6, 16), (16,)))
+    for op in (fr.add_layer_norm, fr.add_rms_norm):
+        for used in ((0,), (1,), (0, 1)):
+            def loss(x, r, w):
+                outputs = op(x, r, 16, w)
+                return sum(outputs[i].sin().sum() for i in used)
+
+            expected = torch.autograd.grad(loss(x, r, w), (x, r, w), allow_unused=True)
+            torch._dynamo.reset()
+            got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(x, r, w), (x, r, w), allow_unused=True)
+            for a, e in zip(got, expected):
+                torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compiled_autograd_traces_the_backward_nodes(device):
     for name, inputs, call in differentiable_calls(device):
         torch._dynamo.reset()
