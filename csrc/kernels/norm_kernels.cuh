@@ -858,7 +858,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
 // segments of a warp shuffle together).
 constexpr int kShortRowSteps = 4;
 template <typename T, int kLanes, typename Math, typename P = T>
-__global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize) norm_forward_short_rows_kernel(NormForwardArgs<T, P> a) {
+__global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
+    norm_forward_short_rows_kernel(NormForwardArgs<T, P> a) {
   constexpr bool kCentered = Math::kCentered;
   constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes;
   using A = opmath_t<T>;

@@ -484,7 +484,8 @@ cudaError_t backward_rows(NormBackwardArgs<T, P> a, ParamGrad dweight, ParamGrad
     // where a GPC's SMs do not divide by the cluster): a second wave of a
     // few would double the time.
     auto resident_of = [&](auto packs) {
-      return resident_clusters(norm_backward_lanes_kernel<T, decltype(packs)::value, Vec16<T>::kSize, false, Math, false, P>,
+      constexpr int kPacks = decltype(packs)::value;
+      return resident_clusters(norm_backward_lanes_kernel<T, kPacks, Vec16<T>::kSize, false, Math, false, P>,
                                plan.cluster, kRowThreadsMax, plan.shared_bytes);
     };
     int resident = 0;
@@ -626,7 +627,6 @@ size_t norm_backward_workspace_bytes(const NormShape& shape, const NormParamGrad
           param_grad_plan(shape.rows, shape.n, sizeof(opmath_t<T>), vec, kBackwardMaxPacks<T>, sm_count);
       bytes = std::max(bytes, buffers * plan.partial_bytes);
     }
-
     return cudaSuccess;
   });
   return bytes;
@@ -645,8 +645,8 @@ cudaError_t norm_backward(const NormShape& shape, const NormBackwardBuffers<>& i
     return with_norm_math(shape.kind, [&](auto math) {
       return with_param_type<T>(shape, [&](auto param) {
         using P = typename decltype(param)::type;
-        return backward_rows<T, decltype(math), P>({typed<T, A, P>(io), nullptr, nullptr, shape.rows, shape.n, 1, false},
-                                                   dweight, dbias, workspace, sm_count, stream);
+        const NormBackwardArgs<T, P> a{typed<T, A, P>(io), nullptr, nullptr, shape.rows, shape.n, 1, false};
+        return backward_rows<T, decltype(math), P>(a, dweight, dbias, workspace, sm_count, stream);
       });
     });
   });

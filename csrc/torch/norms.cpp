@@ -89,7 +89,6 @@ std::pair<int64_t, int64_t> layer_norm_rows(const at::Tensor& input, at::IntArra
   return {c10::multiply_integers(input.sizes().slice(0, input.dim() - k)), c10::multiply_integers(normalized_shape)};
 }
 
-
 // mean/rstd in aten's shape (*leading, 1, ..., 1), of `type`.
 at::Tensor stats_tensor(const at::Tensor& input, int64_t k, at::ScalarType type) {
   std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end() - k);
