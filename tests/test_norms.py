@@ -770,13 +770,15 @@ def test_rms_norm_float_weight_with_half_input(device, dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("n", [8, 16, 40, 64, 72, 128, 200, 256])
+@pytest.mark.parametrize("n", [8, 16, 40, 64, 72, 128, 200, 256, 264, 384, 512])
 def test_short_rows_several_a_warp(device, dtype, n):
     # Head-size rows (a 16-byte pack a lane: two-byte rows up to 256, float
-    # up to 128): 1-32 lanes a row, several rows a warp, four a lane in
-    # flight; row counts that leave the last warp's segments and steps partly
-    # empty, every parameter combination, a row of inf and one of NaN, the
-    # fused adds. Against torch (and aten's statistics) and float64.
+    # up to 128; two packs a lane for two-byte rows up to 512): 1-32 lanes a
+    # row, several rows a warp, four packs a lane in flight; row counts that
+    # leave the last warp's segments and steps partly empty, every parameter
+    # combination (float32 ones beside two-byte rows too), a row of inf and
+    # one of NaN, the fused adds. Against torch (and aten's statistics) and
+    # float64.
     rows = 997
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
     x[5, 3], x[700, 0] = float("inf"), float("nan")
@@ -797,6 +799,15 @@ def test_short_rows_several_a_warp(device, dtype, n):
         ref_out = F.rms_norm(x, [n], weight, 1e-6)
         exact = F.rms_norm(x.double(), [n], None if weight is None else weight.double(), 1e-6)
         assert torch.equal(out.isnan(), ref_out.isnan())
+        error_vs_reference(out[finite], ref_out[finite], exact[finite])
+    if dtype != torch.float32:  # float32 parameters: float math, rounded to dtype once
+        out = fr.layer_norm(x, n, w.float(), b.float(), 1e-5)
+        ref_out = F.layer_norm(x.float(), [n], w.float(), b.float(), 1e-5).to(dtype)
+        exact = F.layer_norm(x.double(), [n], w.double(), b.double(), 1e-5)
+        error_vs_reference(out[finite], ref_out[finite], exact[finite])
+        out = fr.rms_norm(x, n, w.float(), 1e-6)
+        ref_out = F.rms_norm(x.float(), [n], w.float(), 1e-6).to(dtype)
+        exact = F.rms_norm(x.double(), [n], w.double(), 1e-6)
         error_vs_reference(out[finite], ref_out[finite], exact[finite])
     r = torch.randn(rows, n, device=device).to(dtype)
     h = x + r  # torch's add, rounded once

@@ -847,83 +847,100 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
   }
 }
 
-// ---- Short rows of 16-byte packs, a pack a lane (the residual added, h =
-// x + residual rounded to T, where given): kLanes lanes a row (the fewest, a
-// power of two, that hold it), so a warp holds kWarpSize / kLanes rows at a
-// time, and each lane loads kShortRowSteps rows' packs before the first
-// reduction. One row a warp, staged or in registers, kept a few hundred bytes
-// a warp in flight and left lanes idle: row-count bound at head sizes (H200,
-// bf16 rms_norm (262144, 128): 93 µs, now 36; a copy of the bytes 33). The
-// mean and variance in two passes over the registers (no branch: the
-// segments of a warp shuffle together).
+// ---- Short rows of 16-byte packs, kPacks packs a lane (the residual added,
+// h = x + residual rounded to T, where given): kLanes lanes a row (the
+// fewest, a power of two, that hold it), so a warp holds kWarpSize / kLanes
+// rows at a time, and each lane loads kShortRowSteps packs (of kShortRowSteps
+// / kPacks rows) before the first reduction. One row a warp, staged or in
+// registers, kept a few hundred bytes a warp in flight and left lanes idle:
+// row-count bound at head sizes (H200, bf16 rms_norm (262144, 128): 93 µs,
+// now 36; a copy of the bytes 33). The mean and variance in two passes over
+// the registers (no branch: the segments of a warp shuffle together).
 constexpr int kShortRowSteps = 4;
-template <typename T, int kLanes, typename Math, typename P = T>
+template <typename T, int kLanes, typename Math, typename P = T, int kPacks = 1>
 __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
     norm_forward_short_rows_kernel(NormForwardArgs<T, P> a) {
   constexpr bool kCentered = Math::kCentered;
-  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes;
+  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes, kSteps = kShortRowSteps / kPacks;
+  static_assert(kSteps * kPacks == kShortRowSteps, "whole rows a lane's packs");
   using A = opmath_t<T>;
-  const int lane = threadIdx.x % kWarpSize, column = lane % kLanes;
+  const int lane = threadIdx.x % kWarpSize;
   const int n = static_cast<int>(a.n);
-  const bool in_row = column < n / kVec;
+  const auto column = [&](int q) { return lane % kLanes + q * kLanes; };
+  const auto in_row = [&](int q) { return column(q) < n / kVec; };
   const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize;
-  const int64_t first = warp * (kSegments * kShortRowSteps) + lane / kLanes;
+  const int64_t first = warp * (kSegments * kSteps) + lane / kLanes;
   const auto row_at = [&](int k) { return first + int64_t(k) * kSegments; };
-  const auto at = [&](const T* base, int64_t row) { return reinterpret_cast<const uint4*>(base + row * n) + column; };
-  const auto to = [&](T* base, int64_t row) { return reinterpret_cast<uint4*>(base + row * n) + column; };
+  const auto at = [&](const T* base, int64_t row, int q) {
+    return reinterpret_cast<const uint4*>(base + row * n) + column(q);
+  };
+  const auto to = [&](T* base, int64_t row, int q) { return reinterpret_cast<uint4*>(base + row * n) + column(q); };
   const auto value = [](const uint4& words, int j) { return word_element<T>(words, j); };
   // The packs as words: typed as two-byte fields they are split into 16-bit
   // registers as they land (bfloat16: 78-90 registers, 54-64 as words).
-  uint4 packs[kShortRowSteps], adds[kShortRowSteps];
+  uint4 packs[kSteps][kPacks], adds[kSteps][kPacks];
 #pragma unroll
-  for (int k = 0; k < kShortRowSteps; ++k) {
-    const bool live = in_row && row_at(k) < a.rows;
-    packs[k] = live ? *at(a.x, row_at(k)) : uint4{};
-    if (a.residual) adds[k] = live ? *at(a.residual, row_at(k)) : uint4{};
-  }
+  for (int k = 0; k < kSteps; ++k)
+#pragma unroll
+    for (int q = 0; q < kPacks; ++q) {
+      const bool live = in_row(q) && row_at(k) < a.rows;
+      packs[k][q] = live ? *at(a.x, row_at(k), q) : uint4{};
+      if (a.residual) adds[k][q] = live ? *at(a.residual, row_at(k), q) : uint4{};
+    }
   if (a.residual) {
 #pragma unroll
-    for (int k = 0; k < kShortRowSteps; ++k) {
-      A sums[kVec];
+    for (int k = 0; k < kSteps; ++k)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) sums[j] = value(packs[k], j) + value(adds[k], j);
-      packs[k] = words_of<T>(sums);
-      if (in_row && row_at(k) < a.rows) *to(a.residual_out, row_at(k)) = packs[k];
-    }
+      for (int q = 0; q < kPacks; ++q) {
+        A sums[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sums[j] = value(packs[k][q], j) + value(adds[k][q], j);
+        packs[k][q] = words_of<T>(sums);
+        if (in_row(q) && row_at(k) < a.rows) *to(a.residual_out, row_at(k), q) = packs[k][q];
+      }
   }
-  VecN<P, kVec> scale, shift;
-  if (a.weight && in_row) scale = load_param_pack<kVec>(a.weight + column * kVec);
-  if (kCentered && a.bias && in_row) shift = load_param_pack<kVec>(a.bias + column * kVec);
+  VecN<P, kVec> scale[kPacks], shift[kPacks];
+#pragma unroll
+  for (int q = 0; q < kPacks; ++q) {
+    if (a.weight && in_row(q)) scale[q] = load_param_pack<kVec>(a.weight + column(q) * kVec);
+    if (kCentered && a.bias && in_row(q)) shift[q] = load_param_pack<kVec>(a.bias + column(q) * kVec);
+  }
   const auto row_sum = [](A v) { return warp_allreduce<SumOp<A>, kLanes>(v); };
 #pragma unroll
-  for (int k = 0; k < kShortRowSteps; ++k) {
+  for (int k = 0; k < kSteps; ++k) {
     A mean = 0, squares = 0;
     if constexpr (kCentered) {
       A sum = 0;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) sum += in_row ? value(packs[k], j) : A(0);
+      for (int q = 0; q < kPacks; ++q)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum += in_row(q) ? value(packs[k][q], j) : A(0);
       mean = row_sum(sum) / static_cast<A>(n);
     }
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const A d = value(packs[k], j) - mean;
-      squares += in_row ? d * d : A(0);
-    }
+    for (int q = 0; q < kPacks; ++q)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const A d = value(packs[k][q], j) - mean;
+        squares += in_row(q) ? d * d : A(0);
+      }
     const A rstd = rsqrt_acc(row_sum(squares) / static_cast<A>(n) + a.eps);
     const int64_t row = row_at(k);
     if (row >= a.rows) continue;
-    if (in_row) {
-      const RowNormalizer<T, A> normalize(mean, rstd);
+    const RowNormalizer<T, A> normalize(mean, rstd);
+#pragma unroll
+    for (int q = 0; q < kPacks; ++q) {
+      if (!in_row(q)) continue;
       A out[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        out[j] = normalize(value(packs[k], j));
-        if (a.weight) out[j] *= element(scale, j);
-        if (kCentered && a.bias) out[j] += element(shift, j);
+        out[j] = normalize(value(packs[k][q], j));
+        if (a.weight) out[j] *= element(scale[q], j);
+        if (kCentered && a.bias) out[j] += element(shift[q], j);
       }
-      *to(a.y, row) = words_of<T>(out);
+      *to(a.y, row, q) = words_of<T>(out);
     }
-    if (column == 0) {
+    if (lane % kLanes == 0) {
       if constexpr (kCentered) a.mean[row] = mean;
       a.rstd[row] = rstd;
     }

@@ -204,10 +204,18 @@ bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
   return sizeof(T) <= 4 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
 }
 
+// Two-byte rows of 257-512 without the add run the forward at two packs a
+// lane (a warp a row, two rows a lane in flight).
+template <typename T>
+constexpr bool kShortRowsTwoPacks = sizeof(T) == 2;
+
 template <typename T, typename P>
 bool forward_takes_short_rows(const NormForwardArgs<T, P>& a) {
-  const bool narrow = !a.residual || a.n <= int64_t(kWarpSize / 2) * Vec16<T>::kSize;
-  return narrow && takes_short_rows<T>(a.n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias});
+  const int64_t widest = a.residual               ? int64_t(kWarpSize / 2) * Vec16<T>::kSize
+                         : kShortRowsTwoPacks<T> ? int64_t(2 * kWarpSize) * Vec16<T>::kSize
+                                                 : int64_t(kWarpSize) * Vec16<T>::kSize;
+  return a.n <= widest && sizeof(T) <= 4 &&
+         packable<T>(a.n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias});
 }
 
 // f(kLanes): the fewest lanes, a power of two, that hold a short row's packs.
@@ -223,11 +231,18 @@ cudaError_t with_short_row_lanes(int64_t n, F&& f) {
 }
 
 // The rows a block of the short-row kernels takes at a time.
-template <int kLanes>
-constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * (kWarpSize / kLanes) * kShortRowSteps;
+template <int kLanes, int kPacks = 1>
+constexpr int64_t kShortRowsPerBlock =
+    int64_t(kWarpRowsPerBlock) * (kWarpSize / kLanes) * (kShortRowSteps / kPacks);
 
 template <typename T, typename Math, typename P>
 cudaError_t launch_short_rows(const NormForwardArgs<T, P>& a, cudaStream_t stream) {
+  if constexpr (kShortRowsTwoPacks<T>)
+    if (a.n > int64_t(kWarpSize) * Vec16<T>::kSize) {
+      norm_forward_short_rows_kernel<T, kWarpSize, Math, P, 2>
+          <<<ceil_div(a.rows, kShortRowsPerBlock<kWarpSize, 2>), kWarpRowsPerBlock * kWarpSize, 0, stream>>>(a);
+      return cudaGetLastError();
+    }
   return with_short_row_lanes<T>(a.n, [&](auto lanes) {
     constexpr int kLanes = decltype(lanes)::value;
     norm_forward_short_rows_kernel<T, kLanes, Math, P>
