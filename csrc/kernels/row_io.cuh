@@ -51,8 +51,14 @@ __device__ __forceinline__ float word_element(const uint4& words, int j) {
   } else {
     const uint32_t word = w[j / 2];
     const bool high = j % 2;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(high ? word & 0xffff0000u : word << 16);
-    else return __half2float(__ushort_as_half(static_cast<unsigned short>(high ? word >> 16 : word & 0xffffu)));
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return __uint_as_float(high ? word & 0xffff0000u : word << 16);
+    } else {
+      // The word as a half pair: the conversion reads its register half, no shift.
+      __half2 pair;
+      memcpy(&pair, &word, sizeof(word));
+      return high ? __high2float(pair) : __low2float(pair);
+    }
   }
 }
 template <typename T>
