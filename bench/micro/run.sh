@@ -25,6 +25,7 @@
 #   bash bench/micro/run.sh column_finish    column_finish.cu
 #   bash bench/micro/run.sh costly_folds     costly_folds.cu
 #   bash bench/micro/run.sh row_sums         row_sums.cu
+#   bash bench/micro/run.sh head_rows        head_rows.cu
 set -euo pipefail
 cd "$(dirname "$0")"
 case ${1:-} in
@@ -52,7 +53,8 @@ case ${1:-} in
   column_finish) sources="column_finish.cu ../../csrc/launch/arrival_counters.cu" ;;
   costly_folds) sources="costly_folds.cu ../../csrc/launch/arrival_counters.cu" ;;
   row_sums) sources="row_sums.cu ../../csrc/launch/arrival_counters.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds|row_sums" >&2; exit 2 ;;
+  head_rows) sources="head_rows.cu ../../csrc/launch/norms.cu" ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds|row_sums|head_rows" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1" "${@:2}"

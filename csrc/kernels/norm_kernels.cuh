@@ -850,27 +850,30 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
 // ---- Short rows of 16-byte packs, kPacks packs a lane (the residual added,
 // h = x + residual rounded to T, where given): kLanes lanes a row (the
 // fewest, a power of two, that hold it), so a warp holds kWarpSize / kLanes
-// rows at a time, and each lane loads kShortRowSteps packs (of kShortRowSteps
-// / kPacks rows) before the first reduction. One row a warp, staged or in
-// registers, kept a few hundred bytes a warp in flight and left lanes idle:
-// row-count bound at head sizes (H200, bf16 rms_norm (262144, 128): 93 µs,
-// now 36; a copy of the bytes 33). The mean and variance in two passes over
-// the registers (no branch: the segments of a warp shuffle together).
-constexpr int kShortRowSteps = 4;
+// rows at a time, and each lane loads kShortRowSteps / kPacks rows' packs
+// (one row's where kPacks > 2) before the first reduction. One row a warp,
+// staged or in registers, kept a few hundred bytes a warp in flight and left
+// lanes idle: row-count bound at head sizes (H200, bf16 rms_norm (262144,
+// 128): 93 µs, now 35; a copy of the bytes 33). The mean and variance in two
+// passes over the registers (no branch: the segments of a warp shuffle
+// together). A warp's rows are consecutive, so their statistics are gathered
+// into lanes and stored at once: a store a row cost layer_norm 2-3 µs of 37
+// (bench/micro/head_rows.cu).
 template <typename T, int kLanes, typename Math, typename P = T, int kPacks = 1>
-__global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
+__global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
     norm_forward_short_rows_kernel(NormForwardArgs<T, P> a) {
   constexpr bool kCentered = Math::kCentered;
-  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes, kSteps = kShortRowSteps / kPacks;
-  static_assert(kSteps * kPacks == kShortRowSteps, "whole rows a lane's packs");
+  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes;
+  constexpr int kRows = kShortRowsPerWarp<kLanes, kPacks>, kSteps = kRows / kSegments;
+  // Gathered statistics: lane i holds the warp's row i's (the rows fit the lanes).
+  constexpr bool kGathered = kRows <= kWarpSize;
   using A = opmath_t<T>;
   const int lane = threadIdx.x % kWarpSize;
   const int n = static_cast<int>(a.n);
   const auto column = [&](int q) { return lane % kLanes + q * kLanes; };
   const auto in_row = [&](int q) { return column(q) < n / kVec; };
-  const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize;
-  const int64_t first = warp * (kSegments * kSteps) + lane / kLanes;
-  const auto row_at = [&](int k) { return first + int64_t(k) * kSegments; };
+  const int64_t warp_rows = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize * kRows;
+  const auto row_at = [&](int k) { return warp_rows + k * kSegments + lane / kLanes; };
   const auto at = [&](const T* base, int64_t row, int q) {
     return reinterpret_cast<const uint4*>(base + row * n) + column(q);
   };
@@ -906,6 +909,7 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
     if (kCentered && a.bias && in_row(q)) shift[q] = load_param_pack<kVec>(a.bias + column(q) * kVec);
   }
   const auto row_sum = [](A v) { return warp_allreduce<SumOp<A>, kLanes>(v); };
+  A lane_mean = 0, lane_rstd = 0;
 #pragma unroll
   for (int k = 0; k < kSteps; ++k) {
     A mean = 0, squares = 0;
@@ -925,6 +929,14 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
         squares += in_row(q) ? d * d : A(0);
       }
     const A rstd = rsqrt_acc(row_sum(squares) / static_cast<A>(n) + a.eps);
+    if constexpr (kGathered) {
+      // Lanes [k * kSegments, (k + 1) * kSegments) take this step's rows, one
+      // a segment, from the segment's first lane.
+      const int from = (lane % kSegments) * kLanes;
+      const A step_mean = kCentered ? __shfl_sync(kFullMask, mean, from) : A(0);
+      const A step_rstd = __shfl_sync(kFullMask, rstd, from);
+      if (lane / kSegments == k) lane_mean = step_mean, lane_rstd = step_rstd;
+    }
     const int64_t row = row_at(k);
     if (row >= a.rows) continue;
     const RowNormalizer<T, A> normalize(mean, rstd);
@@ -940,9 +952,16 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock* kWarpSize)
       }
       *to(a.y, row, q) = words_of<T>(out);
     }
-    if (lane % kLanes == 0) {
+    if (!kGathered && lane % kLanes == 0) {
       if constexpr (kCentered) a.mean[row] = mean;
       a.rstd[row] = rstd;
+    }
+  }
+  if constexpr (kGathered) {
+    const int64_t row = warp_rows + lane;
+    if (lane < kRows && row < a.rows) {
+      if constexpr (kCentered) a.mean[row] = lane_mean;
+      a.rstd[row] = lane_rstd;
     }
   }
 }

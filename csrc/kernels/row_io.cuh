@@ -273,6 +273,18 @@ struct RowThreads {
   mutable int exchanges_ = 0;
 };
 
+// ---- Short rows (up to a 16-byte pack a lane, or a few): kLanes lanes a
+// row, kWarpSize / kLanes rows a warp at a time, kShortRowSteps packs a lane
+// loaded before the first reduction (norms and softmax, forward and
+// backward). Blocks of kShortRowWarps warps: 1-2 µs ahead of eight for
+// layer_norm's forward at 128-512 wide (bench/micro/head_rows.cu).
+constexpr int kShortRowSteps = 4;
+constexpr int kShortRowWarps = 4;
+// A warp's rows at kPacks packs a lane: kShortRowSteps / kPacks a lane, one
+// where kPacks > 2.
+template <int kLanes, int kPacks = 1>
+constexpr int kShortRowsPerWarp = (kWarpSize / kLanes) * (kPacks > 2 ? 1 : kShortRowSteps / kPacks);
+
 template <bool kWarpRows>
 constexpr int kRowThreadsBound = kWarpRows ? kWarpRowsPerBlock * kWarpSize : kRowThreadsMax;
 

@@ -197,57 +197,45 @@ using StagedAddPacks =
 // -> 96.6, layer_norm 205.3 -> 102.5, 141.2 -> 104.9. float32, 2^24
 // elements (copy 33): rms_norm n = 32 83.8 -> 36.0, 64 44.6 -> 35.1, 128
 // 34.9 -> 35.5; forward + backward 277.5 -> 96.2, 155.9 -> 94.1, 109.4 ->
-// 94.2 (NOTES). Two-byte rows of 384 and 512 (two packs a lane) stay
-// staged: 45 and 37 µs.
+// 94.2 (NOTES). takes_short_rows (rows.h) says which rows those are. Then
+// blocks of four warps and the statistics stored a warp at a time: bf16
+// layer_norm 39.4 / 39.8 / 40.1 -> 37.9 / 38.3 / 37.6, rms_norm 35.3 / 35.2 /
+// 35.9 -> 34.8 / 34.5 / 34.7 (64 / 128 / 256).
+// Two-byte rows of 257-512 without the add run the forward at two or three
+// packs a lane: bf16 rms_norm 384 45 -> 34.9 µs, 512 37 -> 34.5 (a copy
+// 35.6 and 33.1), layer_norm 37.8 and 36.1 (the staged warp rows before).
 template <typename T>
-bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
-  return sizeof(T) <= 4 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
-}
-
-// Two-byte rows of 257-512 without the add run the forward at two packs a
-// lane (a warp a row, two rows a lane in flight).
-template <typename T>
-constexpr bool kShortRowsTwoPacks = sizeof(T) == 2;
+constexpr bool kShortRowsPastAPack = sizeof(T) == 2;
 
 template <typename T, typename P>
 bool forward_takes_short_rows(const NormForwardArgs<T, P>& a) {
   const int64_t widest = a.residual               ? int64_t(kWarpSize / 2) * Vec16<T>::kSize
-                         : kShortRowsTwoPacks<T> ? int64_t(2 * kWarpSize) * Vec16<T>::kSize
+                         : kShortRowsPastAPack<T> ? int64_t(2 * kWarpSize) * Vec16<T>::kSize
                                                  : int64_t(kWarpSize) * Vec16<T>::kSize;
   return a.n <= widest && sizeof(T) <= 4 &&
          packable<T>(a.n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias});
 }
 
-// f(kLanes): the fewest lanes, a power of two, that hold a short row's packs.
-template <typename T, typename F>
-cudaError_t with_short_row_lanes(int64_t n, F&& f) {
-  const int64_t groups = n / Vec16<T>::kSize;
-  if (groups <= 1) return f(std::integral_constant<int, 1>{});
-  if (groups <= 2) return f(std::integral_constant<int, 2>{});
-  if (groups <= 4) return f(std::integral_constant<int, 4>{});
-  if (groups <= 8) return f(std::integral_constant<int, 8>{});
-  if (groups <= 16) return f(std::integral_constant<int, 16>{});
-  return f(std::integral_constant<int, 32>{});
-}
+// The rows a block of the short-row backward takes at a time.
+template <int kLanes>
+constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * (kWarpSize / kLanes) * kShortRowSteps;
 
-// The rows a block of the short-row kernels takes at a time.
-template <int kLanes, int kPacks = 1>
-constexpr int64_t kShortRowsPerBlock =
-    int64_t(kWarpRowsPerBlock) * (kWarpSize / kLanes) * (kShortRowSteps / kPacks);
-
+// Rows past a pack a lane (two-byte rows of 257-512): 16 lanes of three packs
+// up to 384, 32 lanes of two past it.
 template <typename T, typename Math, typename P>
-cudaError_t launch_short_rows(const NormForwardArgs<T, P>& a, cudaStream_t stream) {
-  if constexpr (kShortRowsTwoPacks<T>)
-    if (a.n > int64_t(kWarpSize) * Vec16<T>::kSize) {
-      norm_forward_short_rows_kernel<T, kWarpSize, Math, P, 2>
-          <<<ceil_div(a.rows, kShortRowsPerBlock<kWarpSize, 2>), kWarpRowsPerBlock * kWarpSize, 0, stream>>>(a);
-      return cudaGetLastError();
-    }
+cudaError_t short_rows_forward(const NormForwardArgs<T, P>& a, cudaStream_t stream) {
+  const auto launch = [&](auto kernel, int rows_per_warp) {
+    return launch_short_rows(kernel, a.rows, rows_per_warp, stream, std::make_tuple(a));
+  };
+  const int64_t groups = a.n / Vec16<T>::kSize;
+  if constexpr (kShortRowsPastAPack<T>)
+    if (groups > kWarpSize)
+      return groups <= 48 ? launch(norm_forward_short_rows_kernel<T, 16, Math, P, 3>, kShortRowsPerWarp<16, 3>)
+                          : launch(norm_forward_short_rows_kernel<T, kWarpSize, Math, P, 2>,
+                                   kShortRowsPerWarp<kWarpSize, 2>);
   return with_short_row_lanes<T>(a.n, [&](auto lanes) {
     constexpr int kLanes = decltype(lanes)::value;
-    norm_forward_short_rows_kernel<T, kLanes, Math, P>
-        <<<ceil_div(a.rows, kShortRowsPerBlock<kLanes>), kWarpRowsPerBlock * kWarpSize, 0, stream>>>(a);
-    return cudaGetLastError();
+    return launch(norm_forward_short_rows_kernel<T, kLanes, Math, P>, kShortRowsPerWarp<kLanes>);
   });
 }
 
@@ -267,7 +255,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   // nothing or lose: bench/micro/param_loads.cu).
   constexpr ParamLoads kParams = kHalfType && Math::kCentered ? ParamLoads::kAhead : ParamLoads::kWithRow;
   if constexpr (sizeof(T) <= 4)
-    if (forward_takes_short_rows(a)) return launch_short_rows<T, Math>(a, stream);
+    if (forward_takes_short_rows(a)) return short_rows_forward<T, Math>(a, stream);
   if constexpr (kHalfType) {
     constexpr int kVec = Vec16<T>::kSize;
     const int64_t packs = ceil_div(n, int64_t(kWarpSize) * kVec);
@@ -438,7 +426,7 @@ cudaError_t forward_rows_float_params(NormForwardArgs<T, float> a, cudaStream_t 
   using P = float;
   const int64_t n = a.n;
   const std::initializer_list<const void*> buffers = {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias};
-  if (forward_takes_short_rows(a)) return launch_short_rows<T, Math>(a, stream);
+  if (forward_takes_short_rows(a)) return short_rows_forward<T, Math>(a, stream);
   if (n <= kWarpRowMax)
     return with_lanes<T>(n, buffers, [&](auto per_lane, auto vec) {
       constexpr int kVec = decltype(vec)::value, kPacks = decltype(per_lane)::value / kVec;

@@ -133,6 +133,25 @@ cudaError_t with_lanes(int64_t n, std::initializer_list<const void*> buffers, F&
   return with_count<1>(n, std::integer_sequence<int, 1, 2, 4, 8, 16, 32>{}, f);
 }
 
+// Rows of up to a 16-byte pack a lane (two-byte rows up to 256, float up to
+// 128), 16-byte aligned: the short-row kernels, several rows a warp.
+template <typename T>
+bool takes_short_rows(int64_t n, std::initializer_list<const void*> buffers) {
+  return sizeof(T) <= 4 && n <= int64_t(kWarpSize) * Vec16<T>::kSize && packable<T>(n, buffers);
+}
+
+// f(kLanes): the fewest lanes, a power of two, that hold a short row's packs.
+template <typename T, typename F>
+cudaError_t with_short_row_lanes(int64_t n, F&& f) {
+  const int64_t groups = n / Vec16<T>::kSize;
+  if (groups <= 1) return f(std::integral_constant<int, 1>{});
+  if (groups <= 2) return f(std::integral_constant<int, 2>{});
+  if (groups <= 4) return f(std::integral_constant<int, 4>{});
+  if (groups <= 8) return f(std::integral_constant<int, 8>{});
+  if (groups <= 16) return f(std::integral_constant<int, 16>{});
+  return f(std::integral_constant<int, 32>{});
+}
+
 inline int64_t warp_row_blocks(int64_t rows) { return ceil_div(rows, kWarpRowsPerBlock); }
 constexpr int kWarpRowThreads = kWarpRowsPerBlock * kWarpSize;
 
@@ -142,6 +161,15 @@ cudaError_t launch_warp_rows(Kernel kernel, int64_t rows, cudaStream_t stream, c
                              int rows_per_block = kWarpRowsPerBlock, size_t shared_bytes = 0) {
   const int64_t blocks = ceil_div(rows, rows_per_block);
   std::apply([&](auto... a) { kernel<<<blocks, rows_per_block * kWarpSize, shared_bytes, stream>>>(a...); }, args);
+  return cudaGetLastError();
+}
+
+// The short-row kernels: blocks of kShortRowWarps warps, each taking
+// rows_per_warp rows.
+template <typename Kernel, typename Args>
+cudaError_t launch_short_rows(Kernel kernel, int64_t rows, int rows_per_warp, cudaStream_t stream, const Args& args) {
+  const int64_t blocks = ceil_div(rows, int64_t(kShortRowWarps) * rows_per_warp);
+  std::apply([&](auto... a) { kernel<<<blocks, kShortRowWarps * kWarpSize, 0, stream>>>(a...); }, args);
   return cudaGetLastError();
 }
 
