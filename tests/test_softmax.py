@@ -22,6 +22,36 @@ def test_softmax(device, dtype, n):
     assert fr.softmax(x, dtype=torch.float32).dtype == torch.float32
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [8, 16, 40, 64, 72, 128, 200, 256])
+def test_short_rows_several_a_warp(device, dtype, n):
+    # Head-size rows (a 16-byte pack a lane: two-byte rows up to 256, float
+    # up to 128): 1-32 lanes a row, several rows a warp, four a lane in
+    # flight, 997 rows leaving the last warp partly empty. Rows of -inf, NaN,
+    # +inf, a value past 2^24 (natural units), ties and a far outlier, in the
+    # same warps as plain rows; forward and backward against torch and float64.
+    rows = 997
+    x = (torch.randn(rows, n, device=device) * 3).to(dtype)
+    x[3] = float("-inf")
+    x[5, n // 2] = float("nan")
+    x[7, n - 1] = float("inf")
+    x[9, 0] = 6e4 if dtype == torch.float16 else 2.0**25
+    x[11] = x[11, 0]
+    x[13, 0] = -200.0
+    ours, theirs = fr.softmax(x, -1), torch.softmax(x, -1)
+    assert torch.equal(ours.isnan(), theirs.isnan())
+    finite = ~theirs.isnan().any(-1)
+    assert int(finite.sum()) == rows - 3
+    error_vs_reference(ours[finite], theirs[finite], torch.softmax(x[finite].double(), -1))
+    x = x[finite].clone().requires_grad_(True)
+    g = torch.randn_like(x)
+    wide = x.detach().double().requires_grad_(True)
+    exact = torch.autograd.grad(torch.softmax(wide, -1), wide, g.double())[0]
+    error_vs_reference(torch.autograd.grad(fr.softmax(x, -1), x, g)[0],
+                       torch.autograd.grad(torch.softmax(x, -1), x, g)[0], exact)
+
+
 def causal_reference(scores, scale):
     t = scores.shape[-1]
     upper = torch.ones(t, t, dtype=torch.bool, device=scores.device).triu(1)

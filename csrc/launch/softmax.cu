@@ -53,6 +53,14 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     const auto args = std::make_tuple(static_cast<const T*>(x), static_cast<T*>(y));
     const auto row_args =
         std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
+    const auto plain_args = std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(scale)));
+    if constexpr (sizeof(T) <= 4)
+      if (!causal && takes_short_rows<T>(n, {x, y}))
+        return with_short_row_lanes<T>(n, [&](auto lanes) {
+          constexpr int kLanes = decltype(lanes)::value;
+          return launch_short_rows(softmax_forward_short_rows_kernel<T, kLanes>, rows, kShortRowsPerWarp<kLanes>,
+                                   stream, plain_args);
+        });
     if (n <= kWarpRowMax && causal)
       return with_vec<T>(n, {x, y}, [&](auto vec) {
         return launch_staged_rows(softmax_causal_warp_kernel<T, decltype(vec)::value>, rows, n, sizeof(T), stream,
@@ -72,8 +80,8 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
       if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : pipelined_blocks<T>(n, {x, y});
           blocks.cluster)
         return launch_pipelined(
-            softmax_forward_pipelined_kernel<T, kPipelinedPacks>, rows, blocks.cluster, 0, stream,
-            std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(scale))), blocks.threads);
+            softmax_forward_pipelined_kernel<T, kPipelinedPacks>, rows, blocks.cluster, 0, stream, plain_args,
+            blocks.threads);
     // The other two-byte rows in clusters (causal, or past 262144) walk
     // where as many clusters stay resident (plain bf16 rows on the H100,
     // before the pipelined kernel: (512, 262144) 226 -> 213 µs, (1024,
@@ -104,6 +112,14 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
     const auto args = std::make_tuple(static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx));
     const auto row_args =
         std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), causal, static_cast<A>(scale)));
+    const auto plain_args = std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(scale)));
+    if constexpr (sizeof(T) <= 4)
+      if (!causal && takes_short_rows<T>(n, {y, dy, dx}))
+        return with_short_row_lanes<T>(n, [&](auto lanes) {
+          constexpr int kLanes = decltype(lanes)::value;
+          return launch_short_rows(softmax_backward_short_rows_kernel<T, kLanes>, rows, kShortRowsPerWarp<kLanes>,
+                                   stream, plain_args);
+        });
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
         constexpr int kVec = decltype(vec)::value;
@@ -114,8 +130,8 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
       if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : backward_pipelined_blocks<T>(n, {y, dy, dx});
           blocks.cluster)
         return launch_pipelined(
-            softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks>, rows, blocks.cluster, 0, stream,
-            std::tuple_cat(args, std::make_tuple(rows, static_cast<int>(n), static_cast<A>(scale))), blocks.threads);
+            softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks>, rows, blocks.cluster, 0, stream, plain_args,
+            blocks.threads);
     return launch_block_lanes<T, 8>(
         rows, 0, n, {y, dy, dx}, stream,
         [&](auto packs, auto vec) {
