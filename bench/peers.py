@@ -1,7 +1,7 @@
 """Every row operator against its peers, side by side in one process: eager
 torch, torch.compile of the same code and Liger-Kernel (an optional import:
 its column is left out when the package is missing), forward and forward +
-backward, float32 and bfloat16, at GPT-2 and LLM shapes.
+backward, float32 and bfloat16, at GPT-2, LLM and head-size shapes.
 
 Two timings per cell, both medians:
 - kernel µs: the profiler's device spans of one call, summed (every kernel
@@ -63,9 +63,12 @@ COPY_GBS = 3024.0
 ROWS = [(8192, 768), (8192, 1600), (8192, 4096), (32768, 1024), (4096, 8192)]
 # Very wide rows (wide hidden sizes, long-vocabulary softmax), 2^27 elements each.
 WIDE = [(8192, 16384), (4096, 32768), (2048, 65536), (1024, 131072), (512, 262144)]
+# Head-size rows, 2^25 elements each: the query and key norms of heads of 128
+# and 256, a router's softmax over 128 experts.
+HEAD = [(262144, 128), (131072, 256)]
 SHAPES = {
-    "layer_norm": ROWS + WIDE, "rms_norm": ROWS + WIDE, "add_layer_norm": ROWS, "add_rms_norm": ROWS,
-    "softmax": ROWS + WIDE,
+    "layer_norm": ROWS + WIDE + HEAD, "rms_norm": ROWS + WIDE + HEAD, "add_layer_norm": ROWS, "add_rms_norm": ROWS,
+    "softmax": ROWS + WIDE + HEAD,
     "causal_softmax": [(64, 1024, 1024), (16, 2048, 2048)],
     "cross_entropy": [(8192, 50304), (4096, 128256), (2048, 262144)],
 }
