@@ -9,8 +9,11 @@
 //   bash bench/micro/run.sh head_rows
 // H200 (NOTES, 2026-12-01): eight-warp blocks lost 1-2 µs to four at
 // layer_norm; the statistics' stores a row cost 1.5-3.5 µs of 33-37 (none
-// stored: within 2% of the copy); 16 lanes of three packs ran 384-wide rows
-// in 26.7 µs where 32 lanes of two took 32.4; streaming hints lost 1-4%.
+// stored: within 2-4% of the copy), gathered into the warp's lanes 0.5-1.3
+// (the kind of store made no difference); 16 lanes of three packs ran
+// 384-wide rows in 26.7 µs where 32 lanes of two took 32.4; streaming
+// hints lost 1-4%. The launcher's layer_norm kernel stays 2.5-3 µs behind
+// the lean one with gathered statistics (not found: NOTES).
 #include <cuda_bf16.h>
 
 #include "../../csrc/kernels/norm_kernels.cuh"
@@ -43,9 +46,16 @@ __device__ __forceinline__ float row_sum(float v) {
   return v;
 }
 
+// How the lean kernel stores a row's mean and rstd: not at all, a store a
+// row from the row's first lane, gathered into the warp's lanes and stored
+// at once (as the launcher's kernel), the same with st.global.cs, or four
+// rows' to a lane as one 16-byte store.
+enum class Stats { kNone, kPerRow, kGathered, kGatheredStreaming, kGatheredVector };
+
 // kLanes lanes a row, kPacks packs a lane, kSteps rows a lane loaded before
 // the reductions, kWarps warps a block; kStreaming: ld.global.cs / st.global.cs.
-template <int kLanes, int kPacks, int kSteps, int kWarps, bool kCentered, bool kStreaming, bool kStats = true>
+template <int kLanes, int kPacks, int kSteps, int kWarps, bool kCentered, bool kStreaming,
+          Stats kStats = Stats::kPerRow>
 __global__ void __launch_bounds__(kWarps * 32) head_rows(NormForwardArgs<T> a) {
   constexpr int kSegments = 32 / kLanes;
   const int lane = threadIdx.x % 32, n = int(a.n);
@@ -68,6 +78,8 @@ __global__ void __launch_bounds__(kWarps * 32) head_rows(NormForwardArgs<T> a) {
     w[q] = in_row(q) ? reinterpret_cast<const uint4*>(a.weight)[column(q)] : uint4{};
     if (kCentered) b[q] = in_row(q) ? reinterpret_cast<const uint4*>(a.bias)[column(q)] : uint4{};
   }
+  constexpr int kRows = kSegments * kSteps;
+  float lane_mean = 0, lane_rstd = 0;
 #pragma unroll
   for (int k = 0; k < kSteps; ++k) {
     float mean = 0, squares = 0;
@@ -87,6 +99,11 @@ __global__ void __launch_bounds__(kWarps * 32) head_rows(NormForwardArgs<T> a) {
         squares += in_row(q) ? d * d : 0.f;
       }
     const float rstd = rsqrtf(row_sum<kLanes>(squares) / n + a.eps);
+    if constexpr (kStats >= Stats::kGathered) {
+      const int from = (lane % kSegments) * kLanes;
+      const float m = __shfl_sync(0xffffffffu, mean, from), r = __shfl_sync(0xffffffffu, rstd, from);
+      if (lane / kSegments == k) lane_mean = m, lane_rstd = r;
+    }
     const int64_t row = first + int64_t(k) * kSegments;
     if (row >= a.rows) continue;
 #pragma unroll
@@ -102,9 +119,34 @@ __global__ void __launch_bounds__(kWarps * 32) head_rows(NormForwardArgs<T> a) {
       if (kStreaming) __stcs(p, pack(out));
       else *p = pack(out);
     }
-    if (kStats && lane % kLanes == 0) {
+    if (kStats == Stats::kPerRow && lane % kLanes == 0) {
       if (kCentered) a.mean[row] = mean;
       a.rstd[row] = rstd;
+    }
+  }
+  const int64_t base = warp * kRows;  // rows a multiple of kRows here
+  if constexpr (kStats == Stats::kGathered || kStats == Stats::kGatheredStreaming) {
+    if (lane < kRows) {
+      if (kStats == Stats::kGathered) {
+        if (kCentered) a.mean[base + lane] = lane_mean;
+        a.rstd[base + lane] = lane_rstd;
+      } else {
+        if (kCentered) __stcs(a.mean + base + lane, lane_mean);
+        __stcs(a.rstd + base + lane, lane_rstd);
+      }
+    }
+  } else if constexpr (kStats == Stats::kGatheredVector) {
+    float4 m, r;  // lane i: rows 4i..4i+3, from lanes 4i..4i+3
+    float* mf = &m.x;
+    float* rf = &r.x;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      mf[t] = __shfl_sync(0xffffffffu, lane_mean, (4 * lane + t) % 32);
+      rf[t] = __shfl_sync(0xffffffffu, lane_rstd, (4 * lane + t) % 32);
+    }
+    if (lane < kRows / 4) {
+      if (kCentered) reinterpret_cast<float4*>(a.mean + base)[lane] = m;
+      reinterpret_cast<float4*>(a.rstd + base)[lane] = r;
     }
   }
 }
@@ -129,11 +171,14 @@ void time_kernel(Timer& timer, Kernel kernel, const char* name, int warps, int64
 }
 
 // The lean kernel: kSteps rows a lane, kWarps warps a block.
-template <int kLanes, int kPacks, int kSteps, int kWarps, bool kCentered, bool kStreaming = false, bool kStats = true>
+template <int kLanes, int kPacks, int kSteps, int kWarps, bool kCentered, bool kStreaming = false,
+          Stats kStats = Stats::kPerRow>
 void time_lean(Timer& timer, const NormForwardArgs<T>& a, T* reference, float copy, float launcher) {
   char name[96];
+  const char* stats[] = {", no statistics", "", ", statistics gathered", ", statistics gathered, st.cs",
+                         ", statistics gathered, 16-byte stores"};
   std::snprintf(name, sizeof(name), "lean %d lanes x %d packs, %d steps%s%s", kLanes, kPacks, kSteps,
-                kStreaming ? ", streaming" : "", kStats ? "" : ", no statistics");
+                kStreaming ? ", streaming" : "", stats[int(kStats)]);
   time_kernel(timer, head_rows<kLanes, kPacks, kSteps, kWarps, kCentered, kStreaming, kStats>, name, kWarps,
               (32 / kLanes) * kSteps, a, reference, copy, launcher);
 }
@@ -149,6 +194,7 @@ void time_launcher_kernel(Timer& timer, int warps, const NormForwardArgs<T>& a, 
 
 template <int kLanes, int kPacks, bool kCentered>
 void sweep(Timer& timer, int64_t rows) {
+  constexpr int kSegments = 32 / kLanes;
   const int64_t n = int64_t(kLanes) * kPacks * 8, count = rows * n;
   T *x, *y, *reference, *w, *b, *copy_out;
   float *mean, *rstd;
@@ -175,11 +221,14 @@ void sweep(Timer& timer, int64_t rows) {
   for (int warps = kShortRowWarps; warps >= 1; warps /= 2)
     time_launcher_kernel<kLanes, kPacks, kCentered>(timer, warps, a, reference, copy, launcher);
   constexpr int kSteps = kPacks == 1 ? 4 : kPacks == 2 ? 2 : 1;
-  time_lean<kLanes, kPacks, kSteps, 4, kCentered>(timer, a, reference, copy, launcher);
-  time_lean<kLanes, kPacks, kSteps, 2, kCentered>(timer, a, reference, copy, launcher);
-  time_lean<kLanes, kPacks, kSteps, 1, kCentered>(timer, a, reference, copy, launcher);
-  time_lean<kLanes, kPacks, kSteps, 1, kCentered, false, false>(timer, a, reference, copy, launcher);
-  time_lean<kLanes, kPacks, kSteps * 2, 1, kCentered>(timer, a, reference, copy, launcher);
+  time_lean<kLanes, kPacks, kSteps, 4, kCentered, false, Stats::kNone>(timer, a, reference, copy, launcher);
+  time_lean<kLanes, kPacks, kSteps, 4, kCentered, false, Stats::kPerRow>(timer, a, reference, copy, launcher);
+  time_lean<kLanes, kPacks, kSteps, 4, kCentered, false, Stats::kGathered>(timer, a, reference, copy, launcher);
+  time_lean<kLanes, kPacks, kSteps, 4, kCentered, false, Stats::kGatheredStreaming>(timer, a, reference, copy,
+                                                                                   launcher);
+  if constexpr (kSegments * kSteps % 4 == 0)
+    time_lean<kLanes, kPacks, kSteps, 4, kCentered, false, Stats::kGatheredVector>(timer, a, reference, copy,
+                                                                                   launcher);
   for (void* p : {(void*)x, (void*)y, (void*)reference, (void*)copy_out, (void*)w, (void*)b, (void*)mean, (void*)rstd})
     CHECK(cudaFree(p));
 }

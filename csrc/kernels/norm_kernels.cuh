@@ -881,16 +881,19 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
   const auto value = [](const uint4& words, int j) { return word_element<T>(words, j); };
   // The packs as words: typed as two-byte fields they are split into 16-bit
   // registers as they land (bfloat16: 78-90 registers, 54-64 as words).
-  uint4 packs[kSteps][kPacks], adds[kSteps][kPacks];
+  // Zero packs past the row and the rows: they add nothing to a row's sum.
+  const auto live = [&](int k, int q) { return in_row(q) && row_at(k) < a.rows; };
+  uint4 packs[kSteps][kPacks];
 #pragma unroll
   for (int k = 0; k < kSteps; ++k)
 #pragma unroll
-    for (int q = 0; q < kPacks; ++q) {
-      const bool live = in_row(q) && row_at(k) < a.rows;
-      packs[k][q] = live ? *at(a.x, row_at(k), q) : uint4{};
-      if (a.residual) adds[k][q] = live ? *at(a.residual, row_at(k), q) : uint4{};
-    }
+    for (int q = 0; q < kPacks; ++q) packs[k][q] = live(k, q) ? *at(a.x, row_at(k), q) : uint4{};
   if (a.residual) {
+    uint4 adds[kSteps][kPacks];
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k)
+#pragma unroll
+      for (int q = 0; q < kPacks; ++q) adds[k][q] = live(k, q) ? *at(a.residual, row_at(k), q) : uint4{};
 #pragma unroll
     for (int k = 0; k < kSteps; ++k)
 #pragma unroll
@@ -899,7 +902,7 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) sums[j] = value(packs[k][q], j) + value(adds[k][q], j);
         packs[k][q] = words_of<T>(sums);
-        if (in_row(q) && row_at(k) < a.rows) *to(a.residual_out, row_at(k), q) = packs[k][q];
+        if (live(k, q)) *to(a.residual_out, row_at(k), q) = packs[k][q];
       }
   }
   VecN<P, kVec> scale[kPacks], shift[kPacks];
@@ -918,7 +921,7 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
 #pragma unroll
       for (int q = 0; q < kPacks; ++q)
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) sum += in_row(q) ? value(packs[k][q], j) : A(0);
+        for (int j = 0; j < kVec; ++j) sum += value(packs[k][q], j);
       mean = row_sum(sum) / static_cast<A>(n);
     }
 #pragma unroll
