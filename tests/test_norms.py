@@ -770,11 +770,12 @@ def test_rms_norm_float_weight_with_half_input(device, dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("n", [8, 16, 40, 64, 72, 128, 200, 256, 264, 384, 512])
+@pytest.mark.parametrize("n", [8, 16, 40, 64, 72, 128, 200, 256, 264, 384, 456, 512])
 def test_short_rows_several_a_warp(device, dtype, n):
     # Head-size rows (a 16-byte pack a lane: two-byte rows up to 256, float
-    # up to 128; two packs a lane for two-byte rows up to 512): 1-32 lanes a
-    # row, several rows a warp, four packs a lane in flight; row counts that
+    # up to 128; three packs a lane for two-byte rows of 257-384, two up to
+    # 512, some lanes idle at 264 and 456): 1-32 lanes a row, several rows a
+    # warp, up to four packs a lane in flight; row counts that
     # leave the last warp's segments and steps partly empty, every parameter
     # combination (float32 ones beside two-byte rows too), a row of inf and
     # one of NaN, the fused adds. Against torch (and aten's statistics) and
