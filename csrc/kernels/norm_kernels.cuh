@@ -879,10 +879,10 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
   };
   const auto to = [&](T* base, int64_t row, int q) { return reinterpret_cast<uint4*>(base + row * n) + column(q); };
   const auto value = [](const uint4& words, int j) { return word_element<T>(words, j); };
-  // The packs as words: typed as two-byte fields they are split into 16-bit
-  // registers as they land (bfloat16: 78-90 registers, 54-64 as words).
   // Zero packs past the row and the rows: they add nothing to a row's sum.
   const auto live = [&](int k, int q) { return in_row(q) && row_at(k) < a.rows; };
+  // The packs as words: typed as two-byte fields they are split into 16-bit
+  // registers as they land (bfloat16: 78-90 registers, 54-64 as words).
   uint4 packs[kSteps][kPacks];
 #pragma unroll
   for (int k = 0; k < kSteps; ++k)

@@ -218,7 +218,7 @@ bool forward_takes_short_rows(const NormForwardArgs<T, P>& a) {
 
 // The rows a block of the short-row backward takes at a time.
 template <int kLanes>
-constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * (kWarpSize / kLanes) * kShortRowSteps;
+constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * kShortRowsPerWarp<kLanes>;
 
 // Rows past a pack a lane (two-byte rows of 257-512): 16 lanes of three packs
 // up to 384, 32 lanes of two past it.
