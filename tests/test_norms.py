@@ -777,7 +777,8 @@ def test_short_rows_several_a_warp(device, dtype, n):
     # 512, some lanes idle at 264 and 456): 1-32 lanes a row, several rows a
     # warp, up to four packs a lane in flight; row counts that
     # leave the last warp's segments and steps partly empty, every parameter
-    # combination (float32 ones beside two-byte rows too), a row of inf and
+    # combination (kernels compiled for every one given, and for the
+    # residual; float32 ones beside two-byte rows too), a row of inf and
     # one of NaN, the fused adds. Against torch (and aten's statistics) and
     # float64.
     rows = 997
@@ -812,7 +813,7 @@ def test_short_rows_several_a_warp(device, dtype, n):
         error_vs_reference(out[finite], ref_out[finite], exact[finite])
     r = torch.randn(rows, n, device=device).to(dtype)
     h = x + r  # torch's add, rounded once
-    for weight, bias in [(w, b), (None, None)]:
+    for weight, bias in [(w, b), (w, None), (None, b), (None, None)]:
         wide = [None if t is None else t.double() for t in (weight, bias)]
         for out, h_out, ref_out, exact in [
             (*fr.add_layer_norm(x, r, n, weight, bias, 1e-5), F.layer_norm(h, [n], weight, bias, 1e-5),

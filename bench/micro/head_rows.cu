@@ -1,8 +1,8 @@
 // The norm forward of head-size rows (64-512 wide, bf16), where torch.compile's
 // persistent reduction ran 8-24% ahead of the launcher's several-rows-a-warp
 // kernel in kernel time (H200, bench/peers.py's machinery at those shapes).
-// Times the launcher and its kernel at 1-4 warps a block against a lean
-// kernel of the same layout: lanes a row and packs a lane, rows a lane in
+// Times the launcher and its kernel (compiled for any parameters, and for
+// every one given: kAffine) against a lean kernel of the same layout: lanes a row and packs a lane, rows a lane in
 // flight, warps a block, the statistics stored or not, and streaming
 // (evict-first) loads and stores. Prints µs, the copy of the same bytes and
 // the largest |y| difference from the launcher's output.
@@ -183,12 +183,14 @@ void time_lean(Timer& timer, const NormForwardArgs<T>& a, T* reference, float co
               (32 / kLanes) * kSteps, a, reference, copy, launcher);
 }
 
-// The launcher's kernel at another block size.
-template <int kLanes, int kPacks, bool kCentered>
+// The launcher's kernel at another block size, compiled for any parameters
+// or for every one given (kAffine, which the launcher runs here).
+template <int kLanes, int kPacks, bool kCentered, bool kAffine>
 void time_launcher_kernel(Timer& timer, int warps, const NormForwardArgs<T>& a, T* reference, float copy,
                           float launcher) {
   using Math = std::conditional_t<kCentered, LayerNormMath, RmsNormMath>;
-  time_kernel(timer, norm_forward_short_rows_kernel<T, kLanes, Math, T, kPacks>, "the launcher's kernel", warps,
+  time_kernel(timer, norm_forward_short_rows_kernel<T, kLanes, Math, T, kPacks, false, kAffine>,
+              kAffine ? "the launcher's kernel, kAffine" : "the launcher's kernel, any parameters", warps,
               kShortRowsPerWarp<kLanes, kPacks>, a, reference, copy, launcher);
 }
 
@@ -218,8 +220,8 @@ void sweep(Timer& timer, int64_t rows) {
   const float copy = timer.copy_us(x, copy_out, count * 2);
   const float launcher = timer.median_us(launch);
   a.y = y;
-  for (int warps = kShortRowWarps; warps >= 1; warps /= 2)
-    time_launcher_kernel<kLanes, kPacks, kCentered>(timer, warps, a, reference, copy, launcher);
+  time_launcher_kernel<kLanes, kPacks, kCentered, false>(timer, kShortRowWarps, a, reference, copy, launcher);
+  time_launcher_kernel<kLanes, kPacks, kCentered, true>(timer, kShortRowWarps, a, reference, copy, launcher);
   constexpr int kSteps = kPacks == 1 ? 4 : kPacks == 2 ? 2 : 1;
   time_lean<kLanes, kPacks, kSteps, 4, kCentered, false, Stats::kNone>(timer, a, reference, copy, launcher);
   time_lean<kLanes, kPacks, kSteps, 4, kCentered, false, Stats::kPerRow>(timer, a, reference, copy, launcher);

@@ -858,42 +858,45 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
 // passes over the registers (no branch: the segments of a warp shuffle
 // together). A warp's rows are consecutive, so their statistics are gathered
 // into lanes and stored at once: a store a row cost layer_norm 2-3 µs of 37
-// (bench/micro/head_rows.cu).
-template <typename T, int kLanes, typename Math, typename P = T, int kPacks = 1>
+// (bench/micro/head_rows.cu). kAdd: compiled for a given residual; kAffine:
+// for every parameter given (layer_norm's weight and bias, rms_norm's
+// weight), so that the output pass has no null checks.
+template <typename T, int kLanes, typename Math, typename P = T, int kPacks = 1, bool kAdd = false,
+          bool kAffine = false>
 __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
     norm_forward_short_rows_kernel(NormForwardArgs<T, P> a) {
   constexpr bool kCentered = Math::kCentered;
-  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes;
-  constexpr int kRows = kShortRowsPerWarp<kLanes, kPacks>, kSteps = kRows / kSegments;
+  constexpr int kVec = Vec16<T>::kSize;
+  using Place = ShortRowLane<kLanes, kPacks>;
+  constexpr int kSegments = Place::kSegments, kRows = Place::kRows, kSteps = Place::kSteps;
   // Gathered statistics: lane i holds the warp's row i's (the rows fit the lanes).
   constexpr bool kGathered = kRows <= kWarpSize;
   using A = opmath_t<T>;
-  const int lane = threadIdx.x % kWarpSize;
+  const Place place;
   const int n = static_cast<int>(a.n);
-  const auto column = [&](int q) { return lane % kLanes + q * kLanes; };
-  const auto in_row = [&](int q) { return column(q) < n / kVec; };
-  const int64_t warp_rows = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize * kRows;
-  const auto row_at = [&](int k) { return warp_rows + k * kSegments + lane / kLanes; };
+  const auto in_row = [&](int q) { return place.column(q) < n / kVec; };
+  const auto weighted = [&] { return kAffine || a.weight; };
+  const auto biased = [&] { return kCentered && (kAffine || a.bias); };
   const auto at = [&](const T* base, int64_t row, int q) {
-    return reinterpret_cast<const uint4*>(base + row * n) + column(q);
+    return reinterpret_cast<const uint4*>(base + row * n) + place.column(q);
   };
-  const auto to = [&](T* base, int64_t row, int q) { return reinterpret_cast<uint4*>(base + row * n) + column(q); };
+  const auto to = [&](T* base, int64_t row, int q) { return reinterpret_cast<uint4*>(base + row * n) + place.column(q); };
   const auto value = [](const uint4& words, int j) { return word_element<T>(words, j); };
   // Zero packs past the row and the rows: they add nothing to a row's sum.
-  const auto live = [&](int k, int q) { return in_row(q) && row_at(k) < a.rows; };
+  const auto live = [&](int k, int q) { return in_row(q) && place.row(k) < a.rows; };
   // The packs as words: typed as two-byte fields they are split into 16-bit
   // registers as they land (bfloat16: 78-90 registers, 54-64 as words).
   uint4 packs[kSteps][kPacks];
 #pragma unroll
   for (int k = 0; k < kSteps; ++k)
 #pragma unroll
-    for (int q = 0; q < kPacks; ++q) packs[k][q] = live(k, q) ? *at(a.x, row_at(k), q) : uint4{};
-  if (a.residual) {
+    for (int q = 0; q < kPacks; ++q) packs[k][q] = live(k, q) ? *at(a.x, place.row(k), q) : uint4{};
+  if constexpr (kAdd) {
     uint4 adds[kSteps][kPacks];
 #pragma unroll
     for (int k = 0; k < kSteps; ++k)
 #pragma unroll
-      for (int q = 0; q < kPacks; ++q) adds[k][q] = live(k, q) ? *at(a.residual, row_at(k), q) : uint4{};
+      for (int q = 0; q < kPacks; ++q) adds[k][q] = live(k, q) ? *at(a.residual, place.row(k), q) : uint4{};
 #pragma unroll
     for (int k = 0; k < kSteps; ++k)
 #pragma unroll
@@ -902,14 +905,14 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) sums[j] = value(packs[k][q], j) + value(adds[k][q], j);
         packs[k][q] = words_of<T>(sums);
-        if (live(k, q)) *to(a.residual_out, row_at(k), q) = packs[k][q];
+        if (live(k, q)) *to(a.residual_out, place.row(k), q) = packs[k][q];
       }
   }
   VecN<P, kVec> scale[kPacks], shift[kPacks];
 #pragma unroll
   for (int q = 0; q < kPacks; ++q) {
-    if (a.weight && in_row(q)) scale[q] = load_param_pack<kVec>(a.weight + column(q) * kVec);
-    if (kCentered && a.bias && in_row(q)) shift[q] = load_param_pack<kVec>(a.bias + column(q) * kVec);
+    if (weighted() && in_row(q)) scale[q] = load_param_pack<kVec>(a.weight + place.column(q) * kVec);
+    if (biased() && in_row(q)) shift[q] = load_param_pack<kVec>(a.bias + place.column(q) * kVec);
   }
   const auto row_sum = [](A v) { return warp_allreduce<SumOp<A>, kLanes>(v); };
   A lane_mean = 0, lane_rstd = 0;
@@ -935,12 +938,12 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
     if constexpr (kGathered) {
       // Lanes [k * kSegments, (k + 1) * kSegments) take this step's rows, one
       // a segment, from the segment's first lane.
-      const int from = (lane % kSegments) * kLanes;
+      const int from = (place.lane % kSegments) * kLanes;
       const A step_mean = kCentered ? __shfl_sync(kFullMask, mean, from) : A(0);
       const A step_rstd = __shfl_sync(kFullMask, rstd, from);
-      if (lane / kSegments == k) lane_mean = step_mean, lane_rstd = step_rstd;
+      if (place.lane / kSegments == k) lane_mean = step_mean, lane_rstd = step_rstd;
     }
-    const int64_t row = row_at(k);
+    const int64_t row = place.row(k);
     if (row >= a.rows) continue;
     const RowNormalizer<T, A> normalize(mean, rstd);
 #pragma unroll
@@ -950,19 +953,19 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         out[j] = normalize(value(packs[k][q], j));
-        if (a.weight) out[j] *= element(scale[q], j);
-        if (kCentered && a.bias) out[j] += element(shift[q], j);
+        if (weighted()) out[j] *= element(scale[q], j);
+        if (biased()) out[j] += element(shift[q], j);
       }
       *to(a.y, row, q) = words_of<T>(out);
     }
-    if (!kGathered && lane % kLanes == 0) {
+    if (!kGathered && place.lane % kLanes == 0) {
       if constexpr (kCentered) a.mean[row] = mean;
       a.rstd[row] = rstd;
     }
   }
   if constexpr (kGathered) {
-    const int64_t row = warp_rows + lane;
-    if (lane < kRows && row < a.rows) {
+    const int64_t row = place.warp_rows + place.lane;
+    if (place.lane < kRows && row < a.rows) {
       if constexpr (kCentered) a.mean[row] = lane_mean;
       a.rstd[row] = lane_rstd;
     }

@@ -285,6 +285,23 @@ constexpr int kShortRowWarps = 4;
 template <int kLanes, int kPacks = 1>
 constexpr int kShortRowsPerWarp = (kWarpSize / kLanes) * (kPacks > 2 ? 1 : kShortRowSteps / kPacks);
 
+// A lane's place among them: the warp's kRows rows are consecutive, taken
+// kSegments at a time (step k's rows: row(k) for each segment of kLanes
+// lanes), the lane's packs q at column(q) of its row.
+template <int kLanes, int kPacks = 1>
+struct ShortRowLane {
+  static constexpr int kSegments = kWarpSize / kLanes;
+  static constexpr int kRows = kShortRowsPerWarp<kLanes, kPacks>;
+  static constexpr int kSteps = kRows / kSegments;
+  int lane;
+  int64_t warp_rows;  // the warp's first row
+  __device__ ShortRowLane()
+      : lane(threadIdx.x % kWarpSize),
+        warp_rows((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize * kRows) {}
+  __device__ int column(int q = 0) const { return lane % kLanes + q * kLanes; }
+  __device__ int64_t row(int k) const { return warp_rows + k * kSegments + lane / kLanes; }
+};
+
 template <bool kWarpRows>
 constexpr int kRowThreadsBound = kWarpRows ? kWarpRowsPerBlock * kWarpSize : kRowThreadsMax;
 

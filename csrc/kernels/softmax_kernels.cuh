@@ -308,15 +308,14 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
     softmax_forward_short_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n,
                                       opmath_t<T> scale) {
   using A = opmath_t<T>;
-  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes;
-  const int lane = threadIdx.x % kWarpSize, column = lane % kLanes;
+  constexpr int kVec = Vec16<T>::kSize;
+  const ShortRowLane<kLanes> place;
+  const int column = place.column();
   const bool in_row = column < n / kVec;
-  const int64_t warp_rows = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize * kShortRowsPerWarp<kLanes>;
-  const auto row_at = [&](int k) { return warp_rows + k * kSegments + lane / kLanes; };
   uint4 packs[kShortRowSteps];
 #pragma unroll
   for (int k = 0; k < kShortRowSteps; ++k)
-    packs[k] = in_row && row_at(k) < rows ? reinterpret_cast<const uint4*>(x + row_at(k) * n)[column] : uint4{};
+    packs[k] = in_row && place.row(k) < rows ? reinterpret_cast<const uint4*>(x + place.row(k) * n)[column] : uint4{};
   const A scale2 = scale * static_cast<A>(kLog2e), lowest = -std::numeric_limits<A>::infinity();
   const auto row_max = [](A v) { return warp_allreduce<MaxOp<A>, kLanes>(v); };
 #pragma unroll
@@ -341,10 +340,10 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
       sum += in_row ? e[j] : A(0);
     }
     const A inv = A(1) / warp_allreduce<SumOp<A>, kLanes>(sum);
-    if (!in_row || row_at(k) >= rows) continue;
+    if (!in_row || place.row(k) >= rows) continue;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) e[j] *= inv;
-    reinterpret_cast<uint4*>(y + row_at(k) * n)[column] = words_of<T>(e);
+    reinterpret_cast<uint4*>(y + place.row(k) * n)[column] = words_of<T>(e);
   }
 }
 
@@ -354,17 +353,16 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
     softmax_backward_short_rows_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
                                        int64_t rows, int n, opmath_t<T> scale) {
   using A = opmath_t<T>;
-  constexpr int kVec = Vec16<T>::kSize, kSegments = kWarpSize / kLanes;
-  const int lane = threadIdx.x % kWarpSize, column = lane % kLanes;
+  constexpr int kVec = Vec16<T>::kSize;
+  const ShortRowLane<kLanes> place;
+  const int column = place.column();
   const bool in_row = column < n / kVec;
-  const int64_t warp_rows = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarpSize * kShortRowsPerWarp<kLanes>;
-  const auto row_at = [&](int k) { return warp_rows + k * kSegments + lane / kLanes; };
   uint4 ys[kShortRowSteps], gs[kShortRowSteps];  // zero packs past the row add nothing to the dot
 #pragma unroll
   for (int k = 0; k < kShortRowSteps; ++k) {
-    const bool live = in_row && row_at(k) < rows;
-    ys[k] = live ? reinterpret_cast<const uint4*>(y + row_at(k) * n)[column] : uint4{};
-    gs[k] = live ? reinterpret_cast<const uint4*>(dy + row_at(k) * n)[column] : uint4{};
+    const bool live = in_row && place.row(k) < rows;
+    ys[k] = live ? reinterpret_cast<const uint4*>(y + place.row(k) * n)[column] : uint4{};
+    gs[k] = live ? reinterpret_cast<const uint4*>(dy + place.row(k) * n)[column] : uint4{};
   }
 #pragma unroll
   for (int k = 0; k < kShortRowSteps; ++k) {
@@ -372,11 +370,11 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) dot += word_element<T>(ys[k], j) * word_element<T>(gs[k], j);
     dot = warp_allreduce<SumOp<A>, kLanes>(dot);
-    if (!in_row || row_at(k) >= rows) continue;
+    if (!in_row || place.row(k) >= rows) continue;
     A out[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) out[j] = scale * word_element<T>(ys[k], j) * (word_element<T>(gs[k], j) - dot);
-    reinterpret_cast<uint4*>(dx + row_at(k) * n)[column] = words_of<T>(out);
+    reinterpret_cast<uint4*>(dx + place.row(k) * n)[column] = words_of<T>(out);
   }
 }
 

@@ -220,22 +220,36 @@ bool forward_takes_short_rows(const NormForwardArgs<T, P>& a) {
 template <int kLanes>
 constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * kShortRowsPerWarp<kLanes>;
 
-// Rows past a pack a lane (two-byte rows of 257-512): 16 lanes of three packs
-// up to 384, 32 lanes of two past it.
+// Rows past a pack a lane (two-byte rows of 257-512, never with the add): 16
+// lanes of three packs up to 384, 32 lanes of two past it. The kernels are
+// compiled for the residual given (kAdd) or every parameter given (kAffine),
+// as the register rows are: the run-time checks and the add's code cost
+// layer_norm bf16 (262144, 128) 0.7 µs, (131072, 256) 1.1 (of 35-36; H200,
+// bench/micro/head_rows.cu); rms_norm's nothing measurable.
 template <typename T, typename Math, typename P>
 cudaError_t short_rows_forward(const NormForwardArgs<T, P>& a, cudaStream_t stream) {
-  const auto launch = [&](auto kernel, int rows_per_warp) {
-    return launch_short_rows(kernel, a.rows, rows_per_warp, stream, std::make_tuple(a));
+  const bool affine = a.weight && (!Math::kCentered || a.bias);
+  const auto launch = [&](auto plain, auto given, int rows_per_warp) {
+    return launch_short_rows(affine ? given : plain, a.rows, rows_per_warp, stream, std::make_tuple(a));
   };
   const int64_t groups = a.n / Vec16<T>::kSize;
   if constexpr (kShortRowsPastAPack<T>)
-    if (groups > kWarpSize)
-      return groups <= 48 ? launch(norm_forward_short_rows_kernel<T, 16, Math, P, 3>, kShortRowsPerWarp<16, 3>)
-                          : launch(norm_forward_short_rows_kernel<T, kWarpSize, Math, P, 2>,
-                                   kShortRowsPerWarp<kWarpSize, 2>);
+    if (groups > kWarpSize) {
+      if (groups <= 48)
+        return launch(norm_forward_short_rows_kernel<T, 16, Math, P, 3>,
+                      norm_forward_short_rows_kernel<T, 16, Math, P, 3, false, true>, kShortRowsPerWarp<16, 3>);
+      return launch(norm_forward_short_rows_kernel<T, kWarpSize, Math, P, 2>,
+                    norm_forward_short_rows_kernel<T, kWarpSize, Math, P, 2, false, true>,
+                    kShortRowsPerWarp<kWarpSize, 2>);
+    }
   return with_short_row_lanes<T>(a.n, [&](auto lanes) {
     constexpr int kLanes = decltype(lanes)::value;
-    return launch(norm_forward_short_rows_kernel<T, kLanes, Math, P>, kShortRowsPerWarp<kLanes>);
+    if constexpr (kLanes < kWarpSize)  // the add's rows fit 16 lanes (forward_takes_short_rows)
+      if (a.residual)
+        return launch_short_rows(norm_forward_short_rows_kernel<T, kLanes, Math, P, 1, true>, a.rows,
+                                 kShortRowsPerWarp<kLanes>, stream, std::make_tuple(a));
+    return launch(norm_forward_short_rows_kernel<T, kLanes, Math, P>,
+                  norm_forward_short_rows_kernel<T, kLanes, Math, P, 1, false, true>, kShortRowsPerWarp<kLanes>);
   });
 }
 
