@@ -880,7 +880,9 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
   const auto at = [&](const T* base, int64_t row, int q) {
     return reinterpret_cast<const uint4*>(base + row * n) + place.column(q);
   };
-  const auto to = [&](T* base, int64_t row, int q) { return reinterpret_cast<uint4*>(base + row * n) + place.column(q); };
+  const auto to = [&](T* base, int64_t row, int q) {
+    return reinterpret_cast<uint4*>(base + row * n) + place.column(q);
+  };
   const auto value = [](const uint4& words, int j) { return word_element<T>(words, j); };
   // Zero packs past the row and the rows: they add nothing to a row's sum.
   const auto live = [&](int k, int q) { return in_row(q) && place.row(k) < a.rows; };
