@@ -216,6 +216,13 @@ bool forward_takes_short_rows(const NormForwardArgs<T, P>& a) {
          packable<T>(a.n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias});
 }
 
+// Every parameter given (layer_norm's weight and bias, rms_norm's weight):
+// the kernels compiled for that (kAffine) have no null checks.
+template <typename Math, typename T, typename P>
+bool every_param_given(const NormForwardArgs<T, P>& a) {
+  return a.weight && (!Math::kCentered || a.bias);
+}
+
 // The rows a block of the short-row backward takes at a time.
 template <int kLanes>
 constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * kShortRowsPerWarp<kLanes>;
@@ -228,7 +235,7 @@ constexpr int64_t kShortRowsPerBlock = int64_t(kWarpRowsPerBlock) * kShortRowsPe
 // bench/micro/head_rows.cu); rms_norm's nothing measurable.
 template <typename T, typename Math, typename P>
 cudaError_t short_rows_forward(const NormForwardArgs<T, P>& a, cudaStream_t stream) {
-  const bool affine = a.weight && (!Math::kCentered || a.bias);
+  const bool affine = every_param_given<Math>(a);
   const auto launch = [&](auto plain, auto given, int rows_per_warp) {
     return launch_short_rows(affine ? given : plain, a.rows, rows_per_warp, stream, std::make_tuple(a));
   };
@@ -258,10 +265,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
   using A = opmath_t<T>;
   constexpr bool kHalfType = sizeof(T) == 2;
   const int64_t n = a.n;
-  // Every parameter given (layer_norm's weight and bias, rms_norm's weight)
-  // and no residual: some register rows run kernels compiled for that
-  // (kAffine), which have no null checks or selects in the output pass.
-  const bool affine = !a.residual && a.weight && (!Math::kCentered || a.bias);
+  // Without a residual, some register rows run their kAffine kernels.
+  const bool affine = !a.residual && every_param_given<Math>(a);
   // Warp rows with the add: layer_norm's two-byte ones load their parameters
   // a pack ahead of each store (H200, add_layer_norm bf16, µs: with the row
   // -> per pack -> ahead, (8192, 768) 16.0 -> 15.7 -> 15.1-15.3, (32768,
