@@ -1,12 +1,20 @@
 """Hugging Face transformers models: their own RMSNorm classes and the causal
 LM's loss, swapped in place by :func:`fastreduce_torch.patch`.
 
-transformers defines one RMSNorm class per architecture, all copies of two
-forms, recognised here by their code rather than by name:
+transformers defines one RMSNorm class per architecture, copies of a few
+forms, recognised here by their code (its syntax tree, so comments and
+annotations do not count) rather than by name. Each form is read from
+transformers' own classes at run time:
 
-* Llama's (Llama, Qwen2/3, Mistral, Mixtral, Phi-3, ...): normalise in
-  float32, cast to the input dtype, multiply by the weight;
-* Gemma's (Gemma, Gemma 2/3): multiply by ``1 + weight`` in float32, cast after.
+* cast, then the weight (Llama, Qwen2/3, Mistral, Mixtral, Phi-3, Llama 4,
+  Mamba, ...): normalise in float32, cast to the input dtype, multiply by the
+  weight;
+* the weight in float32 (OLMo 2/3, GPT-OSS, DeepSeek-V4, Helium, Nemotron-H,
+  Moshi, ...): multiply by the weight in float32, cast after;
+* ``1 + weight`` (Gemma, Gemma 2/3): as the last, by ``1 + weight``;
+* an optional weight (Gemma 3n, Gemma 4): the weight in float32 where the
+  layer has one;
+* no weight (nanochat, FalconMamba's weightless norm, ...).
 
 A ``*ForCausalLM`` given ``labels`` computes its loss with
 :func:`fused_linear_cross_entropy` from the last hidden states, so the
@@ -16,7 +24,9 @@ A ``*ForCausalLM`` given ``labels`` computes its loss with
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib
 import inspect
 import textwrap
 
@@ -28,51 +38,104 @@ from .losses import fused_linear_cross_entropy
 from .norms import rms_norm
 
 
-def _llama_rms_norm_forward(self, hidden_states: Tensor) -> Tensor:
-    shape = hidden_states.shape[-1:]
-    if self.weight.dtype == hidden_states.dtype:  # one rounding where Llama's code has two (<= 1 ulp apart)
-        return rms_norm(hidden_states, shape, self.weight, self.variance_epsilon)
-    return self.weight * rms_norm(hidden_states, shape, None, self.variance_epsilon)
+def _eps(norm: torch.nn.Module) -> float:
+    return norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
 
 
-def _gemma_rms_norm_forward(self, x: Tensor) -> Tensor:
-    return rms_norm(x, x.shape[-1:], 1.0 + self.weight.float(), self.eps).to(x.dtype)
+def _cast_then_weight(self, x: Tensor) -> Tensor:
+    shape = x.shape[-1:]
+    if self.weight.dtype == x.dtype:  # one rounding where the original has two (<= 1 ulp apart)
+        return rms_norm(x, shape, self.weight, _eps(self))
+    return self.weight * rms_norm(x, shape, None, _eps(self))
 
 
-def _source(function) -> str | None:
-    """A function's code without comments or blank lines (the copies of one
-    form differ in their comments)."""
+def _float32_weight(weight: Tensor, x: Tensor) -> Tensor:
+    """The weight as fastreduce's rms_norm takes it beside x: its own dtype, or
+    float32 (the same products, taken in float32 either way)."""
+    return weight if weight.dtype in (x.dtype, torch.float32) else weight.float()
+
+
+def _weight_in_float32(self, x: Tensor) -> Tensor:
+    return rms_norm(x, x.shape[-1:], _float32_weight(self.weight, x), _eps(self))
+
+
+def _one_plus_weight(self, x: Tensor) -> Tensor:
+    return rms_norm(x, x.shape[-1:], 1.0 + self.weight.float(), _eps(self)).to(x.dtype)
+
+
+def _optional_weight(self, x: Tensor) -> Tensor:
+    weight = _float32_weight(self.weight, x) if self.with_scale else None
+    return rms_norm(x, x.shape[-1:], weight, _eps(self))
+
+
+def _unweighted(self, x: Tensor) -> Tensor:
+    return rms_norm(x, x.shape[-1:], None, _eps(self))
+
+
+# transformers' classes that define each form: (model, class) -> fastreduce's forward.
+_FORMS = {
+    ("llama", "LlamaRMSNorm"): _cast_then_weight,
+    ("llama4", "Llama4TextRMSNorm"): _cast_then_weight,
+    ("olmo2", "Olmo2RMSNorm"): _weight_in_float32,
+    ("helium", "HeliumRMSNorm"): _weight_in_float32,
+    ("moshi", "MoshiRMSNorm"): _weight_in_float32,
+    ("gemma", "GemmaRMSNorm"): _one_plus_weight,
+    ("gemma3n", "Gemma3nRMSNorm"): _optional_weight,
+    ("nanochat", "NanoChatRMSNorm"): _unweighted,
+    ("inkling2", "Inkling2UnweightedRMSNorm"): _unweighted,
+}
+
+
+def _tree(function) -> str | None:
+    """A function's syntax tree without annotations or docstring (the copies of
+    one form differ in those and in comments), as text."""
     try:
-        lines = textwrap.dedent(inspect.getsource(function)).splitlines()
-    except (OSError, TypeError):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
         return None
-    return "\n".join(line for line in lines if line.strip() and not line.strip().startswith("#"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            node.annotation = None
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            if ast.get_docstring(node) is not None:
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _calls_norm(cls: type) -> bool:
+    source = _tree(cls.forward)
+    return source is not None and "attr='_norm'" in source
 
 
 @functools.cache
-def _norm_forms() -> dict[str, tuple]:
-    """The forward source of each known form -> (fastreduce's forward, the
-    source its ``_norm`` must have, or None)."""
-    try:
-        from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
-        from transformers.models.llama.modeling_llama import LlamaRMSNorm
-    except ImportError:
-        return {}
-    return {_source(LlamaRMSNorm.forward): (_llama_rms_norm_forward, None),
-            _source(GemmaRMSNorm.forward): (_gemma_rms_norm_forward, _source(GemmaRMSNorm._norm))}
+def _norm_forms() -> tuple[dict[str, object], frozenset[str]]:
+    """The forward tree of each known form -> fastreduce's forward, and the
+    trees of the ``_norm`` helpers those forwards may call (x times the
+    reciprocal root of its mean square plus eps)."""
+    forwards, helpers = {}, set()
+    for (model, name), forward in _FORMS.items():
+        try:
+            cls = getattr(importlib.import_module(f"transformers.models.{model}.modeling_{model}"), name)
+        except (ImportError, AttributeError):  # an older transformers without that model
+            continue
+        forwards[_tree(cls.forward)] = forward
+        if _calls_norm(cls):
+            helpers.add(_tree(cls._norm))
+    forwards.pop(None, None)
+    helpers.discard(None)
+    return forwards, frozenset(helpers)
 
 
 @functools.cache
 def _fused_norm_class(cls: type) -> type | None:
     """A subclass of a transformers RMSNorm class with fastreduce's forward, or
-    None where its code is neither known form."""
+    None where its code is none of the known forms."""
     if not cls.__name__.endswith("RMSNorm") or not cls.__module__.startswith("transformers."):
         return None
-    form = _norm_forms().get(_source(cls.forward))
-    if form is None:
-        return None
-    forward, norm_source = form
-    if norm_source is not None and _source(getattr(cls, "_norm", None)) != norm_source:
+    forwards, helpers = _norm_forms()
+    forward = forwards.get(_tree(cls.forward))
+    if forward is None or (_calls_norm(cls) and _tree(getattr(cls, "_norm", None)) not in helpers):
         return None
     return type(cls.__name__, (cls,), {"forward": forward, "__module__": __name__})
 

@@ -25,12 +25,20 @@ ARCHITECTURES = {
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 8}),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 8}),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": 8}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", {"head_dim": 8, "num_local_experts": 4,
+                                                      "num_experts_per_tok": 2, "sliding_window": 8}),
+    "gemma3n": ("Gemma3nTextConfig", "Gemma3nForCausalLM", {"head_dim": 8, "laurel_rank": 4, "altup_num_inputs": 2,
+                                                            "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 97,
+                                                            "num_kv_shared_layers": 0}),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", {}),
 }
 
 
 def build(name, device, dtype=torch.float32):
     config_name, model_name, extra = ARCHITECTURES[name]
+    if not hasattr(transformers, model_name):
+        pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
     if name == "gpt2":
         config = transformers.GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64)
     else:
@@ -108,6 +116,86 @@ def test_gemma_norm_rounds_once_as_transformers(device):
     differ = got != expected
     assert ((got.float() - expected.float()).abs() <= ulp).all()
     assert differ.float().mean().item() < 0.01
+
+
+@pytest.fixture(scope="module")
+def rms_norm_classes():
+    """Every RMSNorm class defined by a model of the installed transformers."""
+    import importlib
+    import pkgutil
+
+    found = []
+    for info in pkgutil.iter_modules(transformers.models.__path__):
+        try:
+            module = importlib.import_module(f"transformers.models.{info.name}.modeling_{info.name}")
+        except Exception:  # a model whose optional dependencies are missing
+            continue
+        found += [cls for name, cls in vars(module).items()
+                  if isinstance(cls, type) and name.endswith("RMSNorm") and cls.__module__ == module.__name__]
+    return found
+
+
+def make_norm(cls, width):
+    """An instance with random parameters; None where the constructor wants
+    more than a width (or nothing: the unweighted norms take eps first)."""
+    import inspect
+
+    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
+    try:
+        norm = cls() if params and params[0].name == "eps" else cls(width)
+    except TypeError:
+        return None
+    for p in norm.parameters():
+        p.data.normal_(0.5, 0.5)
+    return norm
+
+
+# (input dtype, parameter dtype): a model cast to one dtype, and bfloat16 /
+# float16 activations beside float32 parameters (mixed precision).
+NORM_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+               (torch.float16, torch.float32)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtypes", NORM_DTYPES, ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
+def test_every_recognised_rms_norm_class_computes_as_transformers(rms_norm_classes, dtypes, device):
+    # Each class patch() swaps, against its own forward and backward: two-byte
+    # outputs at most a unit in the last place apart (the cast-then-weight
+    # form rounds once where transformers rounds twice), float32 ones within
+    # the sums' order, gradients within the rounding of the input dtype.
+    from fastreduce_torch import hf
+
+    dtype, param_dtype = dtypes
+    swapped = [cls for cls in rms_norm_classes if hf._fused_norm_class(cls) is not None]
+    assert len(swapped) >= 0.8 * len(rms_norm_classes), [c.__name__ for c in rms_norm_classes if c not in swapped]
+    checked = 0
+    for cls in swapped:
+        norm = make_norm(cls, 48)
+        if norm is None:
+            continue
+        norm = norm.to(device=device, dtype=param_dtype)
+        ours = copy.deepcopy(norm)
+        assert hf.patch_norm(ours) and isinstance(ours, cls)
+        x = (torch.randn(3, 5, 48, device=device) * 4).to(dtype).requires_grad_()
+        x_ours = x.detach().clone().requires_grad_()
+        expected, got = norm(x), ours(x_ours)
+        assert got.dtype == expected.dtype and got.shape == expected.shape, cls.__name__
+        if dtype == torch.float32:  # the float32 sums' order
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=cls.__name__)
+        else:
+            ulp = torch.finfo(dtype).eps * expected.detach().float().abs()
+            assert ((got.detach().float() - expected.detach().float()).abs() <= ulp).all(), cls.__name__
+        grad = torch.randn_like(expected)
+        expected.backward(grad)
+        got.backward(grad)
+        tolerance = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(x_ours.grad, x.grad, **tolerance, msg=cls.__name__)
+        for (name, p), q in zip(norm.named_parameters(), ours.parameters()):
+            scale = p.grad.abs().max().item()
+            torch.testing.assert_close(q.grad, p.grad, rtol=tolerance["rtol"], atol=tolerance["atol"] * scale,
+                                       msg=f"{cls.__name__}.{name}")
+        checked += 1
+    assert checked >= 0.9 * len(swapped)
 
 
 def test_gradient_accumulation_loss_and_tuple_outputs():
