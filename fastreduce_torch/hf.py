@@ -1,10 +1,10 @@
 """Hugging Face transformers models: their own RMSNorm classes and the causal
 LM's loss, swapped in place by :func:`fastreduce_torch.patch`.
 
-transformers defines one RMSNorm class per architecture, copies of a few
-forms, recognised here by their code (its syntax tree, so comments and
-annotations do not count) rather than by name. Each form is read from
-transformers' own classes at run time:
+transformers defines one RMSNorm class per architecture (and a few LayerNorm
+ones), copies of a few forms, recognised here by their code (its syntax
+tree, so comments and annotations do not count) rather than by name. Each
+form is read from transformers' own classes at run time:
 
 * cast, then the weight (Llama, Qwen2/3, Mistral, Mixtral, Phi-3, Llama 4,
   Mamba, ...): normalise in float32, cast to the input dtype, multiply by the
@@ -14,12 +14,19 @@ transformers' own classes at run time:
 * ``1 + weight`` (Gemma, Gemma 2/3): as the last, by ``1 + weight``;
 * an optional weight (Gemma 3n, Gemma 4): the weight in float32 where the
   layer has one;
-* no weight (nanochat, FalconMamba's weightless norm, ...).
+* no weight (nanochat, FalconMamba's weightless norm, ...);
+* a half weight's dtype first (T5, mT5, UMT5, LongT5, Switch, ...): normalise
+  in float32, cast to the weight's dtype where it is float16 / bfloat16,
+  multiply;
+* Cohere's LayerNorm: centred, no bias, the weight in float32, cast after.
 
 A ``*ForCausalLM`` given ``labels`` computes its loss with
 :func:`fused_linear_cross_entropy` from the last hidden states, so the
 (tokens, vocab) logits are never made; without labels (inference,
-``generate()``) it runs unchanged and returns its logits.
+``generate()``) it runs unchanged and returns its logits. Only where its code
+hands transformers' causal-LM loss the lm_head's logits as they are (or
+soft-capped, Gemma 2's way); models that scale them first (Cohere, Granite)
+keep their own loss.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .losses import fused_linear_cross_entropy
-from .norms import rms_norm
+from .norms import layer_norm, rms_norm
 
 
 def _eps(norm: torch.nn.Module) -> float:
@@ -72,6 +79,21 @@ def _unweighted(self, x: Tensor) -> Tensor:
     return rms_norm(x, x.shape[-1:], None, _eps(self))
 
 
+def _half_weight_dtype_first(self, x: Tensor) -> Tensor:
+    shape, weight, eps = x.shape[-1:], self.weight, _eps(self)
+    if weight.dtype in (torch.float16, torch.bfloat16):
+        if weight.dtype == x.dtype:  # one rounding where the original has two, as _cast_then_weight
+            return rms_norm(x, shape, weight, eps)
+        return weight * rms_norm(x, shape, None, eps).to(weight.dtype)
+    return rms_norm(x.to(torch.promote_types(x.dtype, weight.dtype)), shape, weight, eps)
+
+
+def _centred_weight_in_float32(self, x: Tensor) -> Tensor:
+    if self.weight.dim() != 1:  # a weight a head (Cohere's q/k norms): the original
+        return super(type(self), self).forward(x)
+    return layer_norm(x, x.shape[-1:], _float32_weight(self.weight, x), None, _eps(self))
+
+
 # transformers' classes that define each form: (model, class) -> fastreduce's forward.
 _FORMS = {
     ("llama", "LlamaRMSNorm"): _cast_then_weight,
@@ -83,15 +105,23 @@ _FORMS = {
     ("gemma3n", "Gemma3nRMSNorm"): _optional_weight,
     ("nanochat", "NanoChatRMSNorm"): _unweighted,
     ("inkling2", "Inkling2UnweightedRMSNorm"): _unweighted,
+    ("t5", "T5LayerNorm"): _half_weight_dtype_first,
+    ("cohere", "CohereLayerNorm"): _centred_weight_in_float32,
 }
+
+
+def _syntax(function) -> ast.Module | None:
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return None
 
 
 def _tree(function) -> str | None:
     """A function's syntax tree without annotations or docstring (the copies of
     one form differ in those and in comments), as text."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError):
+    tree = _syntax(function)
+    if tree is None:
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.arg):
@@ -131,7 +161,7 @@ def _norm_forms() -> tuple[dict[str, object], frozenset[str]]:
 def _fused_norm_class(cls: type) -> type | None:
     """A subclass of a transformers RMSNorm class with fastreduce's forward, or
     None where its code is none of the known forms."""
-    if not cls.__name__.endswith("RMSNorm") or not cls.__module__.startswith("transformers."):
+    if not cls.__name__.endswith(("RMSNorm", "LayerNorm")) or not cls.__module__.startswith("transformers."):
         return None
     forwards, helpers = _norm_forms()
     forward = forwards.get(_tree(cls.forward))
@@ -213,11 +243,50 @@ def _fused_causal_lm_class(cls: type) -> type:
                                        "__module__": __name__})
 
 
+def _is_head(node: ast.expr) -> bool:
+    """``self.lm_head(...)``, as is or followed by ``.float()`` / ``.contiguous()``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
+            and node.func.attr in ("float", "contiguous"):
+        node = node.func.value
+    return isinstance(node, ast.Call) and ast.unparse(node.func) == "self.lm_head"
+
+
+@functools.cache
+def _loss_takes_head_logits(cls: type) -> bool:
+    """Whether ``cls.forward`` hands ``self.loss_function`` the lm_head's logits
+    as they are, or soft-capped by ``config.final_logit_softcapping`` (Gemma 2):
+    the loss the fused one replaces. Not so where the logits are scaled first
+    (Cohere's logit_scale, Granite's logits_scaling, ...)."""
+    tree = _syntax(getattr(cls, "forward", None))
+    if tree is None:
+        return False
+    softcap = {id(node) for branch in ast.walk(tree)
+               if isinstance(branch, ast.If) and "final_logit_softcapping" in ast.unparse(branch.test)
+               for node in ast.walk(branch)}
+    heads = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.AugAssign, ast.AnnAssign)) and ast.unparse(node.target) == "logits":
+            return False
+        if isinstance(node, ast.Assign) and "logits" in (ast.unparse(t) for t in node.targets) \
+                and id(node) not in softcap:
+            if len(node.targets) != 1 or not _is_head(node.value):
+                return False
+            heads += 1
+    losses = [node for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and ast.unparse(node.func) == "self.loss_function"]
+    given = [next((k.value for k in call.keywords if k.arg == "logits"), call.args[0] if call.args else None)
+             for call in losses]
+    return heads == 1 and bool(given) and all(isinstance(g, ast.Name) and g.id == "logits" for g in given)
+
+
 def patch_causal_lm(model: torch.nn.Module) -> bool:
     """Routes a transformers causal LM's training loss through
-    fused_linear_cross_entropy; False if ``model`` is not one."""
+    fused_linear_cross_entropy; False if ``model`` is not one, or one whose
+    loss is not cross-entropy on the lm_head's logits."""
     name = type(model).__name__
     if not (name.endswith("ForCausalLM") or name.endswith("LMHeadModel")) or not hasattr(model, "loss_function"):
+        return False
+    if not _loss_takes_head_logits(type(model)) or getattr(model.loss_function, "__name__", "") != "ForCausalLMLoss":
         return False
     head = model.get_output_embeddings()
     if type(head) is not torch.nn.Linear:

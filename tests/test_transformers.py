@@ -51,7 +51,8 @@ def build(name, device, dtype=torch.float32):
 
 
 def norm_layers(model) -> int:
-    return sum(1 for m in model.modules() if type(m).__name__.endswith("RMSNorm") or type(m) is torch.nn.LayerNorm)
+    return sum(1 for m in model.modules()
+               if type(m).__name__.endswith(("RMSNorm", "LayerNorm")) or type(m) is torch.nn.LayerNorm)
 
 
 def batch(device):
@@ -119,8 +120,9 @@ def test_gemma_norm_rounds_once_as_transformers(device):
 
 
 @pytest.fixture(scope="module")
-def rms_norm_classes():
-    """Every RMSNorm class defined by a model of the installed transformers."""
+def norm_classes():
+    """Every RMSNorm or LayerNorm class defined by a model of the installed
+    transformers (not torch.nn.LayerNorm's subclasses: patch() swaps those by type)."""
     import importlib
     import pkgutil
 
@@ -131,7 +133,8 @@ def rms_norm_classes():
         except Exception:  # a model whose optional dependencies are missing
             continue
         found += [cls for name, cls in vars(module).items()
-                  if isinstance(cls, type) and name.endswith("RMSNorm") and cls.__module__ == module.__name__]
+                  if isinstance(cls, type) and name.endswith(("RMSNorm", "LayerNorm"))
+                  and cls.__module__ == module.__name__ and not issubclass(cls, torch.nn.LayerNorm)]
     return found
 
 
@@ -158,7 +161,7 @@ NORM_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtypes", NORM_DTYPES, ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
-def test_every_recognised_rms_norm_class_computes_as_transformers(rms_norm_classes, dtypes, device):
+def test_every_recognised_norm_class_computes_as_transformers(norm_classes, dtypes, device):
     # Each class patch() swaps, against its own forward and backward: two-byte
     # outputs at most a unit in the last place apart (the cast-then-weight
     # form rounds once where transformers rounds twice), float32 ones within
@@ -166,8 +169,10 @@ def test_every_recognised_rms_norm_class_computes_as_transformers(rms_norm_class
     from fastreduce_torch import hf
 
     dtype, param_dtype = dtypes
-    swapped = [cls for cls in rms_norm_classes if hf._fused_norm_class(cls) is not None]
-    assert len(swapped) >= 0.8 * len(rms_norm_classes), [c.__name__ for c in rms_norm_classes if c not in swapped]
+    swapped = [cls for cls in norm_classes if hf._fused_norm_class(cls) is not None]
+    rms = [cls for cls in norm_classes if cls.__name__.endswith("RMSNorm")]
+    assert len(set(swapped) & set(rms)) >= 0.8 * len(rms), [c.__name__ for c in rms if c not in swapped]
+    assert {"T5LayerNorm", "CohereLayerNorm", "LlamaRMSNorm", "GemmaRMSNorm"} <= {c.__name__ for c in swapped}
     checked = 0
     for cls in swapped:
         norm = make_norm(cls, 48)
@@ -196,6 +201,58 @@ def test_every_recognised_rms_norm_class_computes_as_transformers(rms_norm_class
                                        msg=f"{cls.__name__}.{name}")
         checked += 1
     assert checked >= 0.9 * len(swapped)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("config_name, model_name, scale", [("CohereConfig", "CohereForCausalLM", {"logit_scale": 0.5}),
+                                                           ("GraniteConfig", "GraniteForCausalLM", {"logits_scaling": 4.0})])
+def test_scaled_logits_keep_their_loss(config_name, model_name, scale, device):
+    # Models that scale the lm_head's logits before the loss: their norms are
+    # swapped, their loss is transformers' own (the fused loss would drop the scale).
+    if not hasattr(transformers, model_name):
+        pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**SMALL, **scale)).to(device)
+    ours = copy.deepcopy(model)
+    assert fr.patch(ours) == norm_layers(model) > 0
+    assert type(ours) is type(model)
+    ids, labels = batch(device)
+    expected = model(input_ids=ids, labels=labels)
+    got = ours(input_ids=ids, labels=labels)
+    assert got.logits is not None
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
+    expected.loss.backward()
+    got.loss.backward()
+    for (key, p), q in zip(model.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4 * p.grad.abs().max().item(), msg=key)
+
+
+def test_cohere_head_norms_keep_their_forward():
+    # Cohere's q/k norms carry a weight a head, (heads, head_dim), over rows of head_dim.
+    from transformers.models.cohere.modeling_cohere import CohereLayerNorm
+    norm = CohereLayerNorm((4, 12))
+    norm.weight.data.normal_(1, 0.5)
+    ours = copy.deepcopy(norm)
+    assert fr.patch(torch.nn.Sequential(ours)) == 1
+    x = torch.randn(3, 5, 4, 12)
+    torch.testing.assert_close(ours(x), norm(x), rtol=0, atol=0)
+
+
+def test_t5_norms_swapped():
+    config = transformers.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                   decoder_start_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    for p in model.parameters():
+        p.data.add_(0.1 * torch.randn_like(p))
+    ours = copy.deepcopy(model)
+    assert fr.patch(ours) == norm_layers(model) > 0
+    ids, labels = batch("cpu")
+    expected = model(input_ids=ids, labels=labels)
+    with torch.profiler.profile() as prof:
+        got = ours(input_ids=ids, labels=labels)
+    assert "fastreduce::rms_norm" in {e.name for e in prof.events()}
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
 
 
 def test_gradient_accumulation_loss_and_tuple_outputs():
