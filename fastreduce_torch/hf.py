@@ -24,14 +24,17 @@ A ``*ForCausalLM`` given ``labels`` computes its loss with
 :func:`fused_linear_cross_entropy` from the last hidden states, so the
 (tokens, vocab) logits are never made; without labels (inference,
 ``generate()``) it runs unchanged and returns its logits. Only where its code
-hands transformers' causal-LM loss the lm_head's logits as they are (or
-soft-capped, Gemma 2's way); models that scale them first (Cohere, Granite)
-keep their own loss.
+hands transformers' causal-LM loss its output embeddings' logits as they are,
+multiplied or divided by an attribute of the model (Cohere's logit_scale,
+Granite's logits_scaling: the hidden states are scaled instead), or
+soft-capped Gemma 2's way; the others (sliced or otherwise capped logits,
+losses of their own) keep their loss.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -196,23 +199,44 @@ class _HiddenCatcher(torch.nn.Linear):
         return input.new_empty(input.shape[:-1] + (0,))
 
 
-def causal_lm_loss(hidden: Tensor, head: torch.nn.Linear, labels: Tensor, softcap: float | None = None,
-                   num_items_in_batch: Tensor | int | None = None, ignore_index: int = -100,
-                   shift_labels: Tensor | None = None) -> Tensor:
-    """transformers' ForCausalLMLoss on ``head(hidden)``, fused: labels shifted
+def causal_lm_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
+                   softcap: float | None = None, num_items_in_batch: Tensor | int | None = None,
+                   ignore_index: int = -100, shift_labels: Tensor | None = None) -> Tensor:
+    """transformers' ForCausalLMLoss on ``F.linear(hidden, weight, bias)``, fused: labels shifted
     left by one (unless ``shift_labels`` are given), the mean over kept tokens,
     or the sum divided by ``num_items_in_batch`` (gradient accumulation)."""
     if shift_labels is None:
         shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     target = shift_labels.reshape(-1).to(hidden.device)
     reduction = "mean" if num_items_in_batch is None else "sum"
-    loss = fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), head.weight, target, head.bias,
+    loss = fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, target, bias,
                                       ignore_index=ignore_index, reduction=reduction, softcap=softcap)
     if num_items_in_batch is not None:
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(loss.device)
         loss = loss / num_items_in_batch
     return loss
+
+
+@dataclasses.dataclass(frozen=True)
+class _Logits:
+    """How a causal LM's forward makes the logits it hands its loss:
+    ``self.<head>(hidden)``, then multiplied or divided by ``self.<scale...>``
+    (Cohere's ``logit_scale``, Granite's ``config.logits_scaling``, ...)."""
+
+    head: str
+    scale: tuple[str, ...] = ()
+    divide: bool = False
+
+    def scaled(self, model: torch.nn.Module, hidden: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """hidden and bias scaled so that ``head(hidden)`` gives the scaled logits
+        (``(s h) W^T + s b = s (h W^T + b)``)."""
+        if not self.scale:
+            return hidden, bias
+        s = functools.reduce(getattr, self.scale, model)
+        if self.divide:
+            return hidden / s, None if bias is None else bias / s
+        return hidden * s, None if bias is None else bias * s
 
 
 def _causal_lm_forward(self, *args, labels: Tensor | None = None, **kwargs):
@@ -228,8 +252,9 @@ def _causal_lm_forward(self, *args, labels: Tensor | None = None, **kwargs):
         hidden = head.caught
     finally:
         head.catching, head.caught = False, None
+    hidden, bias = self._fastreduce_logits.scaled(self, hidden, head.bias)
     softcap = getattr(self.config, "final_logit_softcapping", None)
-    loss = causal_lm_loss(hidden, head, labels, softcap, **loss_kwargs)
+    loss = causal_lm_loss(hidden, head.weight, bias, labels, softcap, **loss_kwargs)
     if getattr(out, "aux_loss", None) is not None:  # mixture-of-experts load balancing (Mixtral)
         loss = loss + self.router_aux_loss_coef * out.aux_loss.to(loss.device)
     fields = {k: v for k, v in out.items() if k not in ("loss", "logits")}
@@ -238,59 +263,111 @@ def _causal_lm_forward(self, *args, labels: Tensor | None = None, **kwargs):
 
 
 @functools.cache
-def _fused_causal_lm_class(cls: type) -> type:
+def _fused_causal_lm_class(cls: type, logits: _Logits) -> type:
     return type(cls.__name__, (cls,), {"forward": _causal_lm_forward, "_fastreduce_original_forward": cls.forward,
-                                       "__module__": __name__})
+                                       "_fastreduce_logits": logits, "__module__": __name__})
 
 
-def _is_head(node: ast.expr) -> bool:
-    """``self.lm_head(...)``, as is or followed by ``.float()`` / ``.contiguous()``."""
+def _head_call(node: ast.expr) -> str | None:
+    """``X`` of ``self.X(...)``, as is or followed by ``.float()`` / ``.contiguous()``."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
             and node.func.attr in ("float", "contiguous"):
         node = node.func.value
-    return isinstance(node, ast.Call) and ast.unparse(node.func) == "self.lm_head"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+        return node.func.attr
+    return None
+
+
+def _self_attributes(node: ast.expr) -> tuple[str, ...] | None:
+    """``("config", "logits_scaling")`` of ``self.config.logits_scaling``."""
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    return tuple(reversed(chain)) if chain and isinstance(node, ast.Name) and node.id == "self" else None
+
+
+def _scaling(node: ast.expr) -> tuple[ast.expr, tuple[str, ...], bool] | None:
+    """``(a, chain, divide)`` of ``a * self.<chain>`` or ``a / self.<chain>``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+        chain = _self_attributes(node.right)
+        if chain is not None:
+            return node.left, chain, isinstance(node.op, ast.Div)
+    return None
 
 
 @functools.cache
-def _loss_takes_head_logits(cls: type) -> bool:
-    """Whether ``cls.forward`` hands ``self.loss_function`` the lm_head's logits
-    as they are, or soft-capped by ``config.final_logit_softcapping`` (Gemma 2):
-    the loss the fused one replaces. Not so where the logits are scaled first
-    (Cohere's logit_scale, Granite's logits_scaling, ...)."""
+def _loss_logits(cls: type) -> _Logits | None:
+    """How ``cls.forward`` makes the logits it hands ``self.loss_function``,
+    where that is the output embeddings' logits, possibly scaled by an
+    attribute of the model (Cohere, Granite, FalconH1), or soft-capped by
+    ``config.final_logit_softcapping`` (Gemma 2); None for anything else
+    (sliced, soft-capped otherwise, another loss)."""
     tree = _syntax(getattr(cls, "forward", None))
     if tree is None:
-        return False
+        return None
     softcap = {id(node) for branch in ast.walk(tree)
                if isinstance(branch, ast.If) and "final_logit_softcapping" in ast.unparse(branch.test)
                for node in ast.walk(branch)}
-    heads = 0
+    heads, scales = [], []
     for node in ast.walk(tree):
         if isinstance(node, (ast.AugAssign, ast.AnnAssign)) and ast.unparse(node.target) == "logits":
-            return False
-        if isinstance(node, ast.Assign) and "logits" in (ast.unparse(t) for t in node.targets) \
-                and id(node) not in softcap:
-            if len(node.targets) != 1 or not _is_head(node.value):
-                return False
-            heads += 1
+            return None
+        if not (isinstance(node, ast.Assign) and "logits" in (ast.unparse(t) for t in node.targets)) \
+                or id(node) in softcap:
+            continue
+        if len(node.targets) != 1:
+            return None
+        value, scaling = node.value, _scaling(node.value)
+        if scaling is not None:
+            value, chain, divide = scaling
+            scales.append((chain, divide))
+            if isinstance(value, ast.Name) and value.id == "logits":
+                continue
+        head = _head_call(value)
+        if head is None:
+            return None
+        heads.append(head)
     losses = [node for node in ast.walk(tree)
               if isinstance(node, ast.Call) and ast.unparse(node.func) == "self.loss_function"]
     given = [next((k.value for k in call.keywords if k.arg == "logits"), call.args[0] if call.args else None)
              for call in losses]
-    return heads == 1 and bool(given) and all(isinstance(g, ast.Name) and g.id == "logits" for g in given)
+    if len(heads) != 1 or len(scales) > 1 or (scales and softcap) or not given \
+            or not all(isinstance(g, ast.Name) and g.id == "logits" for g in given):
+        return None
+    return _Logits(heads[0], *scales[0]) if scales else _Logits(heads[0])
 
 
 def patch_causal_lm(model: torch.nn.Module) -> bool:
     """Routes a transformers causal LM's training loss through
     fused_linear_cross_entropy; False if ``model`` is not one, or one whose
-    loss is not cross-entropy on the lm_head's logits."""
+    loss is not cross-entropy on its output embeddings' (scaled) logits."""
     name = type(model).__name__
     if not (name.endswith("ForCausalLM") or name.endswith("LMHeadModel")) or not hasattr(model, "loss_function"):
         return False
-    if not _loss_takes_head_logits(type(model)) or getattr(model.loss_function, "__name__", "") != "ForCausalLMLoss":
+    logits = _loss_logits(type(model))
+    if logits is None or getattr(model.loss_function, "__name__", "") != "ForCausalLMLoss":
         return False
     head = model.get_output_embeddings()
-    if type(head) is not torch.nn.Linear:
+    if type(head) is not torch.nn.Linear or getattr(model, logits.head, None) is not head:
         return False
+    if logits.scale:
+        try:
+            functools.reduce(getattr, logits.scale, model)
+        except AttributeError:
+            return False
     head.__class__ = _HiddenCatcher
-    model.__class__ = _fused_causal_lm_class(type(model))
+    model.__class__ = _fused_causal_lm_class(type(model), logits)
     return True
+
+
+def patch_causal_lms(model: torch.nn.Module) -> None:
+    """patch_causal_lm on ``model``, or, where it is not a transformers model,
+    on the outermost ones inside it (PEFT's wrappers, a user's own module). A
+    causal LM inside a transformers model is called as its parent decides."""
+    if patch_causal_lm(model) or any(c.__name__ == "PreTrainedModel" for c in type(model).__mro__):
+        return
+    for child in model.children():
+        patch_causal_lms(child)
+

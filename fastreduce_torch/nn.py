@@ -35,7 +35,8 @@ def patch(model: torch.nn.Module) -> int:
     """Replaces, in place, every :class:`torch.nn.LayerNorm` and
     :class:`torch.nn.RMSNorm` in ``model`` with fastreduce's, and every RMSNorm
     of a Hugging Face transformers model with one computing the same thing on
-    fastreduce's kernels; on a transformers causal LM, the loss computed when
+    fastreduce's kernels; on a transformers causal LM (``model``, or one
+    wrapped by modules of other libraries: PEFT's), the loss computed when
     ``labels`` are given becomes :func:`fastreduce_torch.fused_linear_cross_entropy`
     (no logits are made). Parameters, buffers and the state_dict stay the same
     tensors. Returns how many normalisation layers were replaced."""
@@ -49,5 +50,5 @@ def patch(model: torch.nn.Module) -> int:
             replaced += 1
         elif hf.patch_norm(module):
             replaced += 1
-    hf.patch_causal_lm(model)
+    hf.patch_causal_lms(model)
     return replaced

@@ -32,6 +32,9 @@ ARCHITECTURES = {
                                                             "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 97,
                                                             "num_kv_shared_layers": 0}),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", {}),
+    # logits scaled before the loss: Cohere multiplies, Granite divides
+    "cohere": ("CohereConfig", "CohereForCausalLM", {"logit_scale": 0.3}),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", {"logits_scaling": 3.0}),
 }
 
 
@@ -119,10 +122,8 @@ def test_gemma_norm_rounds_once_as_transformers(device):
     assert differ.float().mean().item() < 0.01
 
 
-@pytest.fixture(scope="module")
-def norm_classes():
-    """Every RMSNorm or LayerNorm class defined by a model of the installed
-    transformers (not torch.nn.LayerNorm's subclasses: patch() swaps those by type)."""
+def model_classes(suffixes):
+    """The classes named ``*suffix`` defined by the models of the installed transformers."""
     import importlib
     import pkgutil
 
@@ -133,9 +134,15 @@ def norm_classes():
         except Exception:  # a model whose optional dependencies are missing
             continue
         found += [cls for name, cls in vars(module).items()
-                  if isinstance(cls, type) and name.endswith(("RMSNorm", "LayerNorm"))
-                  and cls.__module__ == module.__name__ and not issubclass(cls, torch.nn.LayerNorm)]
+                  if isinstance(cls, type) and name.endswith(suffixes) and cls.__module__ == module.__name__]
     return found
+
+
+@pytest.fixture(scope="module")
+def norm_classes():
+    """Every RMSNorm or LayerNorm class of transformers (not torch.nn.LayerNorm's
+    subclasses: patch() swaps those by type)."""
+    return [cls for cls in model_classes(("RMSNorm", "LayerNorm")) if not issubclass(cls, torch.nn.LayerNorm)]
 
 
 def make_norm(cls, width):
@@ -203,28 +210,64 @@ def test_every_recognised_norm_class_computes_as_transformers(norm_classes, dtyp
     assert checked >= 0.9 * len(swapped)
 
 
+def shrunk(config):
+    """A model's default config at a test's size, where it names these sizes."""
+    for key, value in dict(SMALL, head_dim=8, n_embd=32, n_layer=2, n_head=4, d_model=32, num_layers=2,
+                           moe_intermediate_size=32, num_experts=4, num_local_experts=4, n_routed_experts=4,
+                           num_experts_per_tok=2, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=4,
+                           qk_nope_head_dim=4, v_head_dim=8).items():
+        if hasattr(config, key):
+            try:
+                setattr(config, key, value)
+            except Exception:  # a derived or per-layer attribute
+                pass
+    return config
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("config_name, model_name, scale", [("CohereConfig", "CohereForCausalLM", {"logit_scale": 0.5}),
-                                                           ("GraniteConfig", "GraniteForCausalLM", {"logits_scaling": 4.0})])
-def test_scaled_logits_keep_their_loss(config_name, model_name, scale, device):
-    # Models that scale the lm_head's logits before the loss: their norms are
-    # swapped, their loss is transformers' own (the fused loss would drop the scale).
-    if not hasattr(transformers, model_name):
-        pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
-    torch.manual_seed(0)
-    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**SMALL, **scale)).to(device)
-    ours = copy.deepcopy(model)
-    assert fr.patch(ours) == norm_layers(model) > 0
-    assert type(ours) is type(model)
-    ids, labels = batch(device)
-    expected = model(input_ids=ids, labels=labels)
-    got = ours(input_ids=ids, labels=labels)
-    assert got.logits is not None
-    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
-    expected.loss.backward()
-    got.loss.backward()
-    for (key, p), q in zip(model.named_parameters(), ours.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4 * p.grad.abs().max().item(), msg=key)
+def test_every_fused_causal_lm_trains_as_transformers(device):
+    # Every causal LM class of the installed transformers whose loss patch()
+    # fuses, built from its own default config shrunk to a few layers of
+    # width 32 (a class whose unpatched model cannot be built or run that way
+    # is left out): the patched model's loss and gradients are its own, and it
+    # makes no logits. The scaled-logits models (Cohere, Granite, ...) among them.
+    from fastreduce_torch import hf
+
+    classes = [cls for cls in model_classes(("ForCausalLM", "LMHeadModel")) if hf._loss_logits(cls) is not None]
+    fused = []
+    for cls in classes:
+        try:
+            config = shrunk(cls.config_class())
+            with torch.device("meta"):
+                if sum(p.numel() for p in cls(config).parameters()) > 2e7:  # a size these keys do not set
+                    continue
+            torch.manual_seed(0)
+            model = cls(config).to(device).eval()
+            for p in model.parameters():
+                p.data.add_(0.02 * torch.randn_like(p))
+            ours = copy.deepcopy(model)
+            ids = torch.randint(0, 90, (2, 9), device=device)
+            labels = ids.clone()
+            labels[0, :2] = -100
+            expected = model(input_ids=ids, labels=labels)
+        except Exception:  # a config these sizes do not fit
+            continue
+        fr.patch(ours)
+        if type(ours) is type(model):  # its output embeddings are not the head its forward names
+            continue
+        got = ours(input_ids=ids, labels=labels)
+        assert got.logits is None, cls.__name__
+        torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0, msg=cls.__name__)
+        expected.loss.backward()
+        got.loss.backward()
+        pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), ours.parameters()) if p.grad is not None]
+        top = max(a.abs().max().item() for a, _ in pairs)
+        for a, b in pairs:
+            torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-6 * top, msg=cls.__name__)
+        fused.append(cls.__name__)
+    assert len(fused) >= 0.4 * len(classes), (len(fused), len(classes))
+    scaled = {"CohereForCausalLM", "GraniteForCausalLM", "GraniteMoeForCausalLM", "HyperCLOVAXForCausalLM"}
+    assert {name for name in scaled if hasattr(transformers, name)} <= set(fused)
 
 
 def test_cohere_head_norms_keep_their_forward():
@@ -265,6 +308,26 @@ def test_gradient_accumulation_loss_and_tuple_outputs():
     torch.testing.assert_close(ours(input_ids=ids, labels=labels, num_items_in_batch=items).loss, expected)
     as_tuple = ours(input_ids=ids, labels=labels, return_dict=False)
     torch.testing.assert_close(as_tuple[0], model(input_ids=ids, labels=labels).loss)
+
+
+def test_wrapped_causal_lm_fused():
+    # A causal LM inside modules of another library (PEFT's PeftModel and
+    # LoraModel hold it so): its loss is fused as at the top.
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kwargs):
+            return self.inner(**kwargs)
+
+    model = build("llama", "cpu")
+    ours = Wrapper(Wrapper(copy.deepcopy(model)))
+    assert fr.patch(ours) == norm_layers(model)
+    ids, labels = batch("cpu")
+    got = ours(input_ids=ids, labels=labels)
+    assert got.logits is None
+    torch.testing.assert_close(got.loss, model(input_ids=ids, labels=labels).loss, rtol=1e-5, atol=0)
 
 
 def test_other_modules_untouched():
