@@ -20,15 +20,17 @@ form is read from transformers' own classes at run time:
   multiply;
 * Cohere's LayerNorm: centred, no bias, the weight in float32, cast after.
 
-A ``*ForCausalLM`` given ``labels`` computes its loss with
-:func:`fused_linear_cross_entropy` from the last hidden states, so the
+A causal LM (``*ForCausalLM``, or a vision-language ``*ForConditionalGeneration``
+whose loss is transformers' causal-LM loss) given ``labels`` computes its loss
+with :func:`fused_linear_cross_entropy` from the last hidden states, so the
 (tokens, vocab) logits are never made; without labels (inference,
 ``generate()``) it runs unchanged and returns its logits. Only where its code
-hands transformers' causal-LM loss its output embeddings' logits as they are,
-multiplied or divided by an attribute of the model (Cohere's logit_scale,
-Granite's logits_scaling: the hidden states are scaled instead), or
-soft-capped Gemma 2's way; the others (sliced or otherwise capped logits,
-losses of their own) keep their loss.
+hands that loss its output embeddings' logits as they are, multiplied or
+divided by an attribute of the model (Cohere's logit_scale, Granite's
+logits_scaling: the hidden states are scaled instead), or soft-capped Gemma
+2's way; the others (sliced or otherwise capped logits, losses of their own)
+keep their loss. The model's own forward runs, labels and all: only its
+output embeddings and its loss_function are replaced while it does.
 """
 
 from __future__ import annotations
@@ -186,8 +188,10 @@ def patch_norm(module: torch.nn.Module) -> bool:
 
 
 class _HiddenCatcher(torch.nn.Linear):
-    """The lm_head while a patched model computes its loss: it keeps its input
-    (the last hidden states) and returns no logits (an empty last dim)."""
+    """The output embeddings while a patched model computes its loss: it keeps
+    its input (the last hidden states) and returns empty logits (last dim 0),
+    which the model's own code scales or caps and hands to its loss_function,
+    the fused loss on the kept hidden states."""
 
     caught: Tensor | None = None
     catching: bool = False
@@ -222,11 +226,13 @@ def causal_lm_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: 
 class _Logits:
     """How a causal LM's forward makes the logits it hands its loss:
     ``self.<head>(hidden)``, then multiplied or divided by ``self.<scale...>``
-    (Cohere's ``logit_scale``, Granite's ``config.logits_scaling``, ...)."""
+    (Cohere's ``logit_scale``, Granite's ``config.logits_scaling``, ...), or
+    soft-capped by the text config's ``final_logit_softcapping`` (Gemma 2)."""
 
     head: str
     scale: tuple[str, ...] = ()
     divide: bool = False
+    softcap: bool = False
 
     def scaled(self, model: torch.nn.Module, hidden: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """hidden and bias scaled so that ``head(hidden)`` gives the scaled logits
@@ -239,33 +245,50 @@ class _Logits:
         return hidden * s, None if bias is None else bias * s
 
 
+def _fused_loss(model: torch.nn.Module, logits: Tensor, labels: Tensor, vocab_size: int | None = None,
+                num_items_in_batch: Tensor | int | None = None, ignore_index: int = -100,
+                shift_labels: Tensor | None = None, **kwargs) -> Tensor:
+    """transformers' ForCausalLMLoss as the patched model's forward calls it,
+    with the empty logits: on the hidden states its output embeddings kept."""
+    head, how = model.get_output_embeddings(), model._fastreduce_logits
+    hidden, bias = how.scaled(model, head.caught, head.bias)
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None) if how.softcap else None
+    return causal_lm_loss(hidden, head.weight, bias, labels, softcap, num_items_in_batch, ignore_index, shift_labels)
+
+
+def _is_causal_lm_loss(loss_function) -> bool:
+    return getattr(loss_function, "__name__", "") == "ForCausalLMLoss"
+
+
 def _causal_lm_forward(self, *args, labels: Tensor | None = None, **kwargs):
     original = self._fastreduce_original_forward
     head = self.get_output_embeddings()
-    if labels is None or not isinstance(head, _HiddenCatcher):
+    if labels is None or not isinstance(head, _HiddenCatcher) or not _is_causal_lm_loss(self.loss_function):
         return original(*args, labels=labels, **kwargs)
-    loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
     return_dict = kwargs.pop("return_dict", None)
     head.catching = True
     try:
-        out = original(*args, return_dict=True, **kwargs)
-        hidden = head.caught
+        out = original(*args, labels=labels, return_dict=True, **kwargs)
     finally:
         head.catching, head.caught = False, None
-    hidden, bias = self._fastreduce_logits.scaled(self, hidden, head.bias)
-    softcap = getattr(self.config, "final_logit_softcapping", None)
-    loss = causal_lm_loss(hidden, head.weight, bias, labels, softcap, **loss_kwargs)
-    if getattr(out, "aux_loss", None) is not None:  # mixture-of-experts load balancing (Mixtral)
-        loss = loss + self.router_aux_loss_coef * out.aux_loss.to(loss.device)
-    fields = {k: v for k, v in out.items() if k not in ("loss", "logits")}
-    out = type(out)(loss=loss, **fields)
+    out = type(out)(**{k: v for k, v in out.items() if k != "logits"})
     return out if return_dict is not False else out.to_tuple()
 
 
 @functools.cache
 def _fused_causal_lm_class(cls: type, logits: _Logits) -> type:
-    return type(cls.__name__, (cls,), {"forward": _causal_lm_forward, "_fastreduce_original_forward": cls.forward,
-                                       "_fastreduce_logits": logits, "__module__": __name__})
+    """``cls`` whose forward, given labels, lets the output embeddings keep the
+    hidden states and whose loss_function is then the fused loss on them."""
+    transformers_loss = inspect.getattr_static(cls, "loss_function")
+
+    def loss_function(self):
+        if getattr(self.get_output_embeddings(), "catching", False):
+            return functools.partial(_fused_loss, self)
+        return transformers_loss.__get__(self)
+
+    return type(cls.__name__, (cls,), {
+        "forward": _causal_lm_forward, "_fastreduce_original_forward": cls.forward, "_fastreduce_logits": logits,
+        "loss_function": property(loss_function, transformers_loss.fset), "__module__": __name__})
 
 
 def _head_call(node: ast.expr) -> str | None:
@@ -336,18 +359,18 @@ def _loss_logits(cls: type) -> _Logits | None:
     if len(heads) != 1 or len(scales) > 1 or (scales and softcap) or not given \
             or not all(isinstance(g, ast.Name) and g.id == "logits" for g in given):
         return None
-    return _Logits(heads[0], *scales[0]) if scales else _Logits(heads[0])
+    return _Logits(heads[0], *(scales[0] if scales else ((), False)), softcap=bool(softcap))
 
 
 def patch_causal_lm(model: torch.nn.Module) -> bool:
     """Routes a transformers causal LM's training loss through
     fused_linear_cross_entropy; False if ``model`` is not one, or one whose
     loss is not cross-entropy on its output embeddings' (scaled) logits."""
-    name = type(model).__name__
-    if not (name.endswith("ForCausalLM") or name.endswith("LMHeadModel")) or not hasattr(model, "loss_function"):
+    if not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) \
+            or not hasattr(model, "loss_function"):
         return False
     logits = _loss_logits(type(model))
-    if logits is None or getattr(model.loss_function, "__name__", "") != "ForCausalLMLoss":
+    if logits is None or not _is_causal_lm_loss(model.loss_function):
         return False
     head = model.get_output_embeddings()
     if type(head) is not torch.nn.Linear or getattr(model, logits.head, None) is not head:

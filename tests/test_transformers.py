@@ -211,7 +211,11 @@ def test_every_recognised_norm_class_computes_as_transformers(norm_classes, dtyp
 
 
 def shrunk(config):
-    """A model's default config at a test's size, where it names these sizes."""
+    """A model's default config at a test's size, where it names these sizes
+    (its text and vision configs too)."""
+    for name in getattr(config, "sub_configs", {}):
+        if getattr(config, name, None) is not None:
+            shrunk(getattr(config, name))
     for key, value in dict(SMALL, head_dim=8, n_embd=32, n_layer=2, n_head=4, d_model=32, num_layers=2,
                            moe_intermediate_size=32, num_experts=4, num_local_experts=4, n_routed_experts=4,
                            num_experts_per_tok=2, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=4,
@@ -226,14 +230,15 @@ def shrunk(config):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_fused_causal_lm_trains_as_transformers(device):
-    # Every causal LM class of the installed transformers whose loss patch()
-    # fuses, built from its own default config shrunk to a few layers of
+    # Every causal LM class (vision-language ones included, given text only)
+    # of the installed transformers whose loss patch() fuses, built from its own default config shrunk to a few layers of
     # width 32 (a class whose unpatched model cannot be built or run that way
     # is left out): the patched model's loss and gradients are its own, and it
     # makes no logits. The scaled-logits models (Cohere, Granite, ...) among them.
     from fastreduce_torch import hf
 
-    classes = [cls for cls in model_classes(("ForCausalLM", "LMHeadModel")) if hf._loss_logits(cls) is not None]
+    classes = [cls for cls in model_classes(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"))
+               if hf._loss_logits(cls) is not None]
     fused = []
     for cls in classes:
         try:
@@ -260,14 +265,50 @@ def test_every_fused_causal_lm_trains_as_transformers(device):
         torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0, msg=cls.__name__)
         expected.loss.backward()
         got.loss.backward()
-        pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), ours.parameters()) if p.grad is not None]
-        top = max(a.abs().max().item() for a, _ in pairs)
-        for a, b in pairs:
-            torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-6 * top, msg=cls.__name__)
+        assert_same_gradients(model, ours)
         fused.append(cls.__name__)
     assert len(fused) >= 0.4 * len(classes), (len(fused), len(classes))
-    scaled = {"CohereForCausalLM", "GraniteForCausalLM", "GraniteMoeForCausalLM", "HyperCLOVAXForCausalLM"}
-    assert {name for name in scaled if hasattr(transformers, name)} <= set(fused)
+    expected = {"CohereForCausalLM", "GraniteForCausalLM", "GraniteMoeForCausalLM", "HyperCLOVAXForCausalLM",
+                "LlavaForConditionalGeneration", "Gemma3ForConditionalGeneration", "PaliGemmaForConditionalGeneration"}
+    assert {name for name in expected if hasattr(transformers, name)} <= set(fused)
+
+
+def assert_same_gradients(model, ours):
+    """Every parameter's gradient within 1e-3 relative, or 1e-6 of the largest
+    (some are zero but for rounding: a key projection's bias)."""
+    pairs = [(key, p.grad, q.grad) for (key, p), q in zip(model.named_parameters(), ours.parameters())
+             if p.grad is not None]
+    top = max(a.abs().max().item() for _, a, _ in pairs)
+    for key, a, b in pairs:
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-6 * top, msg=key)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vision_language_model_with_images_fused(device):
+    # Llava with an image: its vision tower and projector feed the language
+    # model four image tokens; the fused loss and every gradient (the vision
+    # tower's included) as the unpatched model's.
+    text = transformers.LlamaConfig(**SMALL)
+    vision = transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, image_size=28, patch_size=14)
+    config = transformers.LlavaConfig(text_config=text, vision_config=vision, image_token_id=96)
+    torch.manual_seed(0)
+    model = transformers.LlavaForConditionalGeneration(config).to(device).eval()
+    ours = copy.deepcopy(model)
+    assert fr.patch(ours) == norm_layers(model) > 0
+    ids, labels = batch(device)
+    ids[ids == 96] = 0
+    ids[:, 4:8] = 96  # (28 / 14)^2 image tokens
+    labels[:, 4:8] = -100
+    pixels = torch.randn(2, 3, 28, 28, device=device)
+    expected = model(input_ids=ids, pixel_values=pixels, labels=labels)
+    got = ours(input_ids=ids, pixel_values=pixels, labels=labels)
+    assert got.logits is None
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
+    expected.loss.backward()
+    got.loss.backward()
+    assert model.model.vision_tower.embeddings.patch_embedding.weight.grad.abs().max() > 0
+    assert_same_gradients(model, ours)
 
 
 def test_cohere_head_norms_keep_their_forward():
@@ -308,6 +349,23 @@ def test_gradient_accumulation_loss_and_tuple_outputs():
     torch.testing.assert_close(ours(input_ids=ids, labels=labels, num_items_in_batch=items).loss, expected)
     as_tuple = ours(input_ids=ids, labels=labels, return_dict=False)
     torch.testing.assert_close(as_tuple[0], model(input_ids=ids, labels=labels).loss)
+
+
+def test_loss_function_set_after_patch_is_used():
+    # A loss of the user's own (trainers set model.loss_function) replaces the
+    # fused one: the logits are made and handed to it, as unpatched.
+    model = build("llama", "cpu")
+    fr.patch(model)
+    ids, labels = batch("cpu")
+    fused = model(input_ids=ids, labels=labels).loss
+
+    def doubled(logits, labels, vocab_size, **kwargs):
+        return 2 * transformers.loss.loss_utils.ForCausalLMLoss(logits, labels, vocab_size, **kwargs)
+
+    model.loss_function = doubled
+    out = model(input_ids=ids, labels=labels)
+    assert out.logits is not None
+    torch.testing.assert_close(out.loss, 2 * fused, rtol=1e-5, atol=0)
 
 
 def test_wrapped_causal_lm_fused():
