@@ -330,34 +330,36 @@ def _loss_logits(cls: type) -> _Logits | None:
     tree = _syntax(getattr(cls, "forward", None))
     if tree is None:
         return None
+    losses = [node for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and ast.unparse(node.func) == "self.loss_function"]
+    given = {ast.unparse(next((k.value for k in call.keywords if k.arg == "logits"),
+                              call.args[0] if call.args else ast.Constant(None))) for call in losses}
+    if len(given) != 1 or not next(iter(given)).isidentifier():
+        return None
+    logits = given.pop()  # the variable every loss call is given: logits, lm_logits, ...
     softcap = {id(node) for branch in ast.walk(tree)
                if isinstance(branch, ast.If) and "final_logit_softcapping" in ast.unparse(branch.test)
                for node in ast.walk(branch)}
     heads, scales = [], []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.AugAssign, ast.AnnAssign)) and ast.unparse(node.target) == "logits":
-            return None
-        if not (isinstance(node, ast.Assign) and "logits" in (ast.unparse(t) for t in node.targets)) \
-                or id(node) in softcap:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For)) else []
+        if id(node) in softcap or not any(isinstance(n, ast.Name) and n.id == logits
+                                          for t in targets for n in ast.walk(t)):
             continue
-        if len(node.targets) != 1:
+        if not isinstance(node, ast.Assign) or len(targets) != 1 or not isinstance(targets[0], ast.Name):
             return None
         value, scaling = node.value, _scaling(node.value)
         if scaling is not None:
             value, chain, divide = scaling
             scales.append((chain, divide))
-            if isinstance(value, ast.Name) and value.id == "logits":
+            if isinstance(value, ast.Name) and value.id == logits:
                 continue
         head = _head_call(value)
         if head is None:
             return None
         heads.append(head)
-    losses = [node for node in ast.walk(tree)
-              if isinstance(node, ast.Call) and ast.unparse(node.func) == "self.loss_function"]
-    given = [next((k.value for k in call.keywords if k.arg == "logits"), call.args[0] if call.args else None)
-             for call in losses]
-    if len(heads) != 1 or len(scales) > 1 or (scales and softcap) or not given \
-            or not all(isinstance(g, ast.Name) and g.id == "logits" for g in given):
+    if len(heads) != 1 or len(scales) > 1 or (scales and softcap):
         return None
     return _Logits(heads[0], *(scales[0] if scales else ((), False)), softcap=bool(softcap))
 
