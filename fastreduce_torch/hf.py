@@ -369,7 +369,7 @@ def patch_causal_lm(model: torch.nn.Module) -> bool:
     fused_linear_cross_entropy; False if ``model`` is not one, or one whose
     loss is not cross-entropy on its output embeddings' (scaled) logits."""
     if not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) \
-            or not hasattr(model, "loss_function"):
+            or not isinstance(inspect.getattr_static(type(model), "loss_function", None), property):
         return False
     logits = _loss_logits(type(model))
     if logits is None or not _is_causal_lm_loss(model.loss_function):
@@ -395,4 +395,3 @@ def patch_causal_lms(model: torch.nn.Module) -> None:
         return
     for child in model.children():
         patch_causal_lms(child)
-
