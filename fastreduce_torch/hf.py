@@ -284,7 +284,7 @@ def _fused_causal_lm_class(cls: type, logits: _Logits) -> type:
     def loss_function(self):
         if getattr(self.get_output_embeddings(), "catching", False):
             return functools.partial(_fused_loss, self)
-        return transformers_loss.__get__(self)
+        return transformers_loss.fget(self)
 
     return type(cls.__name__, (cls,), {
         "forward": _causal_lm_forward, "_fastreduce_original_forward": cls.forward, "_fastreduce_logits": logits,

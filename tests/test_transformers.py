@@ -369,6 +369,22 @@ def test_loss_function_set_after_patch_is_used():
     torch.testing.assert_close(out.loss, 2 * fused, rtol=1e-5, atol=0)
 
 
+def test_fused_loss_compiles_whole():
+    # torch.compile(fullgraph=True) of a patched model with scaled logits: the
+    # fused loss (the output embeddings catching, the loss_function property)
+    # traces without a graph break, forward and backward.
+    model = build("granite", "cpu")
+    ours = copy.deepcopy(model)
+    fr.patch(ours)
+    ids, labels = batch("cpu")
+    expected = model(input_ids=ids, labels=labels).loss
+    got = torch.compile(ours, fullgraph=True)(input_ids=ids, labels=labels).loss
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=0)
+    expected.backward()
+    got.backward()
+    assert_same_gradients(model, ours)
+
+
 def test_wrapped_causal_lm_fused():
     # A causal LM inside modules of another library (PEFT's PeftModel and
     # LoraModel hold it so): its loss is fused as at the top.
