@@ -234,12 +234,16 @@ class _Logits:
     divide: bool = False
     softcap: bool = False
 
+    def factor(self, model: torch.nn.Module):
+        """``model.<scale...>``: the attribute the logits are scaled by."""
+        return functools.reduce(getattr, self.scale, model)
+
     def scaled(self, model: torch.nn.Module, hidden: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """hidden and bias scaled so that ``head(hidden)`` gives the scaled logits
         (``(s h) W^T + s b = s (h W^T + b)``)."""
         if not self.scale:
             return hidden, bias
-        s = functools.reduce(getattr, self.scale, model)
+        s = self.factor(model)
         if self.divide:
             return hidden / s, None if bias is None else bias / s
         return hidden * s, None if bias is None else bias * s
@@ -379,7 +383,7 @@ def patch_causal_lm(model: torch.nn.Module) -> bool:
         return False
     if logits.scale:
         try:
-            functools.reduce(getattr, logits.scale, model)
+            logits.factor(model)
         except AttributeError:
             return False
     head.__class__ = _HiddenCatcher
