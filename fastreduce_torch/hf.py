@@ -229,7 +229,7 @@ class _Logits:
     (Cohere's ``logit_scale``, Granite's ``config.logits_scaling``, ...), or
     soft-capped by the text config's ``final_logit_softcapping`` (Gemma 2)."""
 
-    head: str
+    head: tuple[str, ...]
     scale: tuple[str, ...] = ()
     divide: bool = False
     softcap: bool = False
@@ -237,6 +237,10 @@ class _Logits:
     def factor(self, model: torch.nn.Module):
         """``model.<scale...>``: the attribute the logits are scaled by."""
         return functools.reduce(getattr, self.scale, model)
+
+    def within(self, child: str) -> "_Logits":
+        """These logits, made by a model's ``self.<child>``, from the model."""
+        return dataclasses.replace(self, head=(child, *self.head), scale=(child, *self.scale) if self.scale else ())
 
     def scaled(self, model: torch.nn.Module, hidden: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """hidden and bias scaled so that ``head(hidden)`` gives the scaled logits
@@ -306,6 +310,25 @@ def _head_call(node: ast.expr) -> str | None:
     return None
 
 
+def _output_logits(node: ast.expr, tree: ast.Module) -> str | None:
+    """``child`` where ``node`` is ``out[0]`` or ``out.logits`` and ``out`` is
+    assigned once, from ``self.<child>(...)`` without labels (Llama 4's
+    vision-language model on its inner causal LM)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0:
+        out = node.value
+    elif isinstance(node, ast.Attribute) and node.attr == "logits":
+        out = node.value
+    else:
+        return None
+    if not isinstance(out, ast.Name):
+        return None
+    calls = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == out.id for t in n.targets)]
+    if len(calls) != 1 or not isinstance(calls[0], ast.Call) or any(k.arg == "labels" for k in calls[0].keywords):
+        return None
+    return _head_call(calls[0])
+
+
 def _self_attributes(node: ast.expr) -> tuple[str, ...] | None:
     """``("config", "logits_scaling")`` of ``self.config.logits_scaling``."""
     chain = []
@@ -325,12 +348,13 @@ def _scaling(node: ast.expr) -> tuple[ast.expr, tuple[str, ...], bool] | None:
 
 
 @functools.cache
-def _loss_logits(cls: type) -> _Logits | None:
+def _loss_logits(cls: type) -> _Logits | str | None:
     """How ``cls.forward`` makes the logits it hands ``self.loss_function``,
     where that is the output embeddings' logits, possibly scaled by an
     attribute of the model (Cohere, Granite, FalconH1), or soft-capped by
-    ``config.final_logit_softcapping`` (Gemma 2); None for anything else
-    (sliced, soft-capped otherwise, another loss)."""
+    ``config.final_logit_softcapping`` (Gemma 2); the name of the child whose
+    output logits they are (a causal LM inside: _model_logits); None for
+    anything else (sliced, soft-capped otherwise, another loss)."""
     tree = _syntax(getattr(cls, "forward", None))
     if tree is None:
         return None
@@ -360,12 +384,29 @@ def _loss_logits(cls: type) -> _Logits | None:
             if isinstance(value, ast.Name) and value.id == logits:
                 continue
         head = _head_call(value)
-        if head is None:
-            return None
-        heads.append(head)
+        if head is not None:
+            heads.append((head,))
+        else:
+            child = _output_logits(value, tree)
+            if child is None:
+                return None
+            heads.append(child)
     if len(heads) != 1 or len(scales) > 1 or (scales and softcap):
         return None
+    if isinstance(heads[0], str):
+        return None if scales or softcap else heads[0]
     return _Logits(heads[0], *(scales[0] if scales else ((), False)), softcap=bool(softcap))
+
+
+def _model_logits(model: torch.nn.Module) -> _Logits | None:
+    """_loss_logits of the model's class; where its logits are a child causal
+    LM's output, the child's, reached from the model."""
+    how = _loss_logits(type(model))
+    if not isinstance(how, str):
+        return how
+    child = getattr(model, how, None)
+    inner = _model_logits(child) if isinstance(child, torch.nn.Module) else None
+    return None if inner is None or inner.softcap else inner.within(how)
 
 
 def patch_causal_lm(model: torch.nn.Module) -> bool:
@@ -375,17 +416,16 @@ def patch_causal_lm(model: torch.nn.Module) -> bool:
     if not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) \
             or not isinstance(inspect.getattr_static(type(model), "loss_function", None), property):
         return False
-    logits = _loss_logits(type(model))
+    logits = _model_logits(model)
     if logits is None or not _is_causal_lm_loss(model.loss_function):
         return False
     head = model.get_output_embeddings()
-    if type(head) is not torch.nn.Linear or getattr(model, logits.head, None) is not head:
-        return False
-    if logits.scale:
-        try:
-            logits.factor(model)
-        except AttributeError:
+    try:
+        if type(head) is not torch.nn.Linear or functools.reduce(getattr, logits.head, model) is not head:
             return False
+        logits.factor(model)
+    except AttributeError:
+        return False
     head.__class__ = _HiddenCatcher
     model.__class__ = _fused_causal_lm_class(type(model), logits)
     return True
