@@ -181,6 +181,33 @@ def test_half_softcap_saturated_gradients(device, dtype, reduction):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_float16_softcap_derivative_past_cosh_overflow(device):
+    # float16 logits at 6.4-11 times the cap: cosh^2 of them overflows
+    # float16, yet the cap's derivative there (1e-5 to 1e-9) is a float16
+    # number; with a large incoming gradient it is all of the gradient.
+    # Against float64 at the logits rounded to float16 (fuzz case 335250).
+    # The backward op (reduction none); mean and sum make the gradient in the
+    # forward, at an incoming gradient of 1, where these underflow float16.
+    reduction = "none"
+    torch.manual_seed(0)
+    rows, classes, cap = 29, 41, 3.0
+    hidden = torch.full((rows, 1), 2.0, device=device, dtype=torch.float16, requires_grad=True)
+    scale = (3.2 + 2.3 * torch.rand(classes, 1, device=device)) * cap
+    weight = (scale * torch.randn(classes, 1, device=device).sign()).half().requires_grad_()
+    target = torch.randint(0, classes, (rows,), device=device)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target, reduction=reduction, softcap=cap)
+    g = torch.full_like(loss, 1000.0)
+    grads = torch.autograd.grad(loss, (hidden, weight), g)
+    h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    z = F.linear(h64, w64)
+    z = z + (z.detach().half().double() - z.detach())
+    expected = F.cross_entropy(torch.tanh(z / cap) * cap, target, reduction=reduction)
+    for got, want in zip(grads, torch.autograd.grad(expected, (h64, w64), g.double())):
+        assert want.abs().max() > 0
+        torch.testing.assert_close(got.double(), want, rtol=0, atol=5e-3 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("special", [float("nan"), float("inf"), 1e30])
 def test_special_values_like_torch(device, special):
     hidden, weight, target, _ = inputs(device, torch.float32)

@@ -72,13 +72,17 @@ Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tens
 // dtype, tanh rounds near 1, and 1 - tanh^2 of a saturated logit is all
 // rounding (float16 logits of up to 2.8e4, cap 30, tests/fuzz.py case
 // 41848: grad_weight 13.6% of its largest from float64 so, 0.18% as
-// 1 / cosh^2; transformers' autograd of the same cap, 13.7%).
+// 1 / cosh^2; transformers' autograd of the same cap, 13.7%). In float32
+// for float16 logits: cosh^2 overflows float16 past z / softcap = 6.2, where
+// the derivative (1.6e-5 and less) is still a float16 number (case 335250:
+// grad_hidden 4% of its largest from float64 so).
 at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         std::optional<double> softcap, at::Tensor* derivative) {
   at::Tensor logits = bias.has_value() && bias->defined() ? at::addmm(*bias, h, weight.t()) : at::mm(h, weight.t());
   if (!softcap.has_value()) return logits;
   at::Tensor scaled = logits / *softcap;
-  if (derivative) *derivative = at::cosh(scaled).square_().reciprocal_();
+  if (derivative)
+    *derivative = at::cosh(scaled.scalar_type() == at::kHalf ? scaled.to(at::kFloat) : scaled).square_().reciprocal_();
   return scaled.tanh_().mul_(*softcap);
 }
 
