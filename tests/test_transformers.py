@@ -231,11 +231,12 @@ def shrunk(config):
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_fused_causal_lm_trains_as_transformers(device):
     # Every causal LM class (vision-language ones included, given text only)
-    # of the installed transformers whose loss patch() fuses, built from its own default config shrunk to a few layers of
-    # width 32 (a class whose unpatched model cannot be built or run that way
-    # is left out): the patched model's loss and gradients are its own, and it
-    # makes no logits. The scaled-logits models (Cohere, Granite, ...) among them, and
-    # Llama 4's vision-language model (its loss on its inner causal LM's logits).
+    # of the installed transformers whose loss patch() fuses, built from its
+    # own default config shrunk to a few layers of width 32 (a class whose
+    # unpatched model cannot be built or run that way is left out): the
+    # patched model's loss and gradients are its own, and it makes no logits.
+    # The scaled-logits models (Cohere, Granite, ...) among them, and Llama 4's
+    # vision-language model (its loss on its inner causal LM's logits).
     from fastreduce_torch import hf
 
     classes = [cls for cls in model_classes(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"))
