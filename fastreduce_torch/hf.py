@@ -27,15 +27,18 @@ with :func:`fused_linear_cross_entropy` from the last hidden states, so the
 ``generate()``) it runs unchanged and returns its logits. Only where its code
 hands that loss its output embeddings' logits as they are, multiplied or
 divided by an attribute of the model (Cohere's logit_scale, Granite's
-logits_scaling: the hidden states are scaled instead), or soft-capped Gemma
-2's way; the others (sliced or otherwise capped logits, losses of their own)
-keep their loss. The model's own forward runs, labels and all: only its
-output embeddings and its loss_function are replaced while it does.
+logits_scaling: the hidden states are scaled instead), then possibly
+soft-capped, ``cap * tanh(logits / cap)`` with a cap the model or its config
+holds (Gemma 2, RecurrentGemma, Mistral Large 4); the others (sliced logits,
+caps of other forms, losses of their own) keep their loss. The model's own
+forward runs, labels and all: only its output embeddings and its
+loss_function are replaced while it does.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import functools
 import importlib
@@ -226,17 +229,23 @@ def causal_lm_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: 
 class _Logits:
     """How a causal LM's forward makes the logits it hands its loss:
     ``self.<head>(hidden)``, then multiplied or divided by ``self.<scale...>``
-    (Cohere's ``logit_scale``, Granite's ``config.logits_scaling``, ...), or
-    soft-capped by the text config's ``final_logit_softcapping`` (Gemma 2)."""
+    (Cohere's ``logit_scale``, Granite's ``config.logits_scaling``, ...), then
+    soft-capped, ``cap * tanh(logits / cap)``, by the cap its code reads from
+    the model: ``softcap``, an expression of ``self`` (Gemma 2's
+    ``self.config.final_logit_softcapping``), None where it makes no cap."""
 
     head: tuple[str, ...]
     scale: tuple[str, ...] = ()
     divide: bool = False
-    softcap: bool = False
+    softcap: str | None = None
 
     def factor(self, model: torch.nn.Module):
         """``model.<scale...>``: the attribute the logits are scaled by."""
         return functools.reduce(getattr, self.scale, model)
+
+    def cap(self, model: torch.nn.Module) -> float | None:
+        """The soft-cap as the model's forward reads it (None: no cap)."""
+        return None if self.softcap is None else _read(_expression(self.softcap), model)
 
     def within(self, child: str) -> "_Logits":
         """These logits, made by a model's ``self.<child>``, from the model."""
@@ -260,8 +269,8 @@ def _fused_loss(model: torch.nn.Module, logits: Tensor, labels: Tensor, vocab_si
     with the empty logits: on the hidden states its output embeddings kept."""
     head, how = model.get_output_embeddings(), model._fastreduce_logits
     hidden, bias = how.scaled(model, head.caught, head.bias)
-    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None) if how.softcap else None
-    return causal_lm_loss(hidden, head.weight, bias, labels, softcap, num_items_in_batch, ignore_index, shift_labels)
+    return causal_lm_loss(hidden, head.weight, bias, labels, how.cap(model), num_items_in_batch, ignore_index,
+                          shift_labels)
 
 
 def _is_causal_lm_loss(loss_function) -> bool:
@@ -347,14 +356,126 @@ def _scaling(node: ast.expr) -> tuple[ast.expr, tuple[str, ...], bool] | None:
     return None
 
 
+def _binds(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` assigns to ``name`` (or to a part of it)."""
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For)) else []
+    return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+
+
+def _inlined(node: ast.expr, tree: ast.Module) -> ast.expr:
+    """``node`` with each name the function binds once, by an assignment or a
+    walrus, replaced by the value bound (``cap = self.config.logits_soft_cap``)."""
+    def value(name: str) -> ast.expr | None:
+        stores = [n for n in ast.walk(tree)
+                  if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+        if len(stores) != 1 or any(isinstance(a, ast.arg) and a.arg == name for a in ast.walk(tree)):
+            return None  # bound twice, or an argument
+        return next((n.value for n in ast.walk(tree)
+                     if isinstance(n, ast.Assign) and len(n.targets) == 1 and n.targets[0] is stores[0]
+                     or isinstance(n, ast.NamedExpr) and n.target is stores[0]), None)
+
+    class Inline(ast.NodeTransformer):
+        def __init__(self, seen: frozenset[str] = frozenset()):
+            self.seen = seen
+
+        def visit_NamedExpr(self, node: ast.NamedExpr) -> ast.expr:
+            return self.visit(node.value)
+
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            bound = None if node.id in self.seen else value(node.id)
+            return node if bound is None else Inline(self.seen | {node.id}).visit(copy.deepcopy(bound))
+
+    return Inline().visit(copy.deepcopy(node))
+
+
+@functools.cache
+def _expression(source: str) -> ast.expr:
+    return ast.parse(source, mode="eval").body
+
+
+def _read(node: ast.expr, model: torch.nn.Module):
+    """The value of ``node`` with ``model`` as ``self``: attributes, methods
+    called without arguments, ``getattr(x, "name"[, default])``, constants."""
+    if isinstance(node, ast.Name) and node.id == "self":
+        return model
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute):
+        return getattr(_read(node.value, model), node.attr)
+    if isinstance(node, ast.Call) and not node.keywords:
+        if isinstance(node.func, ast.Attribute) and not node.args:
+            return getattr(_read(node.func.value, model), node.func.attr)()
+        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) in (2, 3):
+            return getattr(*(_read(a, model) for a in node.args))
+    raise ValueError(f"not an attribute of the model: {ast.unparse(node)}")
+
+
+def _tanh_of(node: ast.expr) -> ast.expr | None:
+    """``x`` of ``torch.tanh(x)`` (``nn.functional.tanh(x)``, ...) or ``x.tanh()``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "tanh" \
+            and not node.keywords and len(node.args) <= 1:
+        return node.args[0] if node.args else node.func.value
+    return None
+
+
+def _divided(node: ast.expr, logits: str) -> ast.expr | None:
+    """``cap`` of ``logits / cap`` or ``logits.float() / cap``."""
+    if not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.Div):
+        return None
+    left = node.left
+    if isinstance(left, ast.Call) and isinstance(left.func, ast.Attribute) and left.func.attr == "float" \
+            and not left.args:
+        left = left.func.value
+    return node.right if isinstance(left, ast.Name) and left.id == logits else None
+
+
+def _softcap(steps: list[ast.Assign], logits: str) -> tuple[ast.expr, int] | None:
+    """``(cap, n)`` where the first ``n`` assignments of ``steps`` soft-cap
+    ``logits``: ``logits = tanh(logits / cap) * cap`` (either order), or
+    ``logits = logits / cap``, ``logits = tanh(logits)``, ``logits = logits * cap``."""
+    first = steps[0].value
+    if isinstance(first, ast.BinOp) and isinstance(first.op, ast.Mult):
+        for capped, cap in ((first.left, first.right), (first.right, first.left)):
+            inner = _tanh_of(capped)
+            if inner is not None and (divisor := _divided(inner, logits)) is not None \
+                    and ast.unparse(divisor) == ast.unparse(cap):
+                return cap, 1
+    cap = _divided(first, logits)
+    if cap is None or len(steps) < 3:
+        return None
+    tanh, last = _tanh_of(steps[1].value), steps[2].value
+    if not (isinstance(tanh, ast.Name) and tanh.id == logits and isinstance(last, ast.BinOp)
+            and isinstance(last.op, ast.Mult)):
+        return None
+    if sorted((ast.unparse(last.left), ast.unparse(last.right))) != sorted((logits, ast.unparse(cap))):
+        return None
+    return cap, 3
+
+
+def _guarded(step: ast.stmt, cap: ast.expr, tree: ast.Module, parents: dict[int, ast.AST]) -> bool:
+    """Whether ``step`` is in the function's body, or in that of ``if <cap> is
+    not None:`` (a cap of None then caps nothing, as in the forward)."""
+    child, node = step, parents[id(step)]
+    while not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        test = node.test if isinstance(node, ast.If) else None
+        if not (isinstance(test, ast.Compare) and any(child is n for n in node.body)
+                and [type(op) for op in test.ops] == [ast.IsNot]
+                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+                and ast.unparse(_inlined(test.left, tree)) == ast.unparse(_inlined(cap, tree))):
+            return False
+        child, node = node, parents[id(node)]
+    return True
+
+
 @functools.cache
 def _loss_logits(cls: type) -> _Logits | str | None:
     """How ``cls.forward`` makes the logits it hands ``self.loss_function``,
     where that is the output embeddings' logits, possibly scaled by an
-    attribute of the model (Cohere, Granite, FalconH1), or soft-capped by
-    ``config.final_logit_softcapping`` (Gemma 2); the name of the child whose
-    output logits they are (a causal LM inside: _model_logits); None for
-    anything else (sliced, soft-capped otherwise, another loss)."""
+    attribute of the model (Cohere, Granite, FalconH1), then possibly
+    soft-capped (Gemma 2, RecurrentGemma); the name of the child whose output
+    logits they are (a causal LM inside: _model_logits); None for anything
+    else (sliced logits, another loss)."""
     tree = _syntax(getattr(cls, "forward", None))
     if tree is None:
         return None
@@ -365,37 +486,37 @@ def _loss_logits(cls: type) -> _Logits | str | None:
     if len(given) != 1 or not next(iter(given)).isidentifier():
         return None
     logits = given.pop()  # the variable every loss call is given: logits, lm_logits, ...
-    softcap = {id(node) for branch in ast.walk(tree)
-               if isinstance(branch, ast.If) and "final_logit_softcapping" in ast.unparse(branch.test)
-               for node in ast.walk(branch)}
-    heads, scales = [], []
-    for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For)) else []
-        if id(node) in softcap or not any(isinstance(n, ast.Name) and n.id == logits
-                                          for t in targets for n in ast.walk(t)):
+    steps = sorted((node for node in ast.walk(tree) if _binds(node, logits)), key=lambda n: (n.lineno, n.col_offset))
+    if not all(isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+               for s in steps):
+        return None
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    made = []  # (0, the head), (1, a scale), (2, the cap), in the order the forward makes them
+    while steps:
+        capped = _softcap(steps, logits)
+        if capped is not None:
+            cap, n = capped
+            if len({id(parents[id(s)]) for s in steps[:n]}) != 1 or not _guarded(steps[0], cap, tree, parents):
+                return None
+            made.append((2, ast.unparse(_inlined(cap, tree))))
+            steps = steps[n:]
             continue
-        if not isinstance(node, ast.Assign) or len(targets) != 1 or not isinstance(targets[0], ast.Name):
-            return None
-        value, scaling = node.value, _scaling(node.value)
+        value = steps.pop(0).value
+        scaling = _scaling(value)
         if scaling is not None:
             value, chain, divide = scaling
-            scales.append((chain, divide))
-            if isinstance(value, ast.Name) and value.id == logits:
-                continue
-        head = _head_call(value)
-        if head is not None:
-            heads.append((head,))
-        else:
-            child = _output_logits(value, tree)
-            if child is None:
-                return None
-            heads.append(child)
-    if len(heads) != 1 or len(scales) > 1 or (scales and softcap):
+        if scaling is None or not (isinstance(value, ast.Name) and value.id == logits):
+            head = _head_call(value)
+            made.append((0, (head,) if head is not None else _output_logits(value, tree)))
+        if scaling is not None:
+            made.append((1, (chain, divide)))
+    ranks = [rank for rank, _ in made]
+    parts = dict(made)
+    if ranks != sorted(set(ranks)) or parts.get(0) is None:
         return None
-    if isinstance(heads[0], str):
-        return None if scales or softcap else heads[0]
-    return _Logits(heads[0], *(scales[0] if scales else ((), False)), softcap=bool(softcap))
+    if isinstance(parts[0], str):  # a child's logits, as they are
+        return parts[0] if len(parts) == 1 else None
+    return _Logits(parts[0], *parts.get(1, ((), False)), softcap=parts.get(2))
 
 
 def _model_logits(model: torch.nn.Module) -> _Logits | None:
@@ -406,7 +527,7 @@ def _model_logits(model: torch.nn.Module) -> _Logits | None:
         return how
     child = getattr(model, how, None)
     inner = _model_logits(child) if isinstance(child, torch.nn.Module) else None
-    return None if inner is None or inner.softcap else inner.within(how)
+    return None if inner is None or inner.softcap is not None else inner.within(how)
 
 
 def patch_causal_lm(model: torch.nn.Module) -> bool:
@@ -424,7 +545,10 @@ def patch_causal_lm(model: torch.nn.Module) -> bool:
         if type(head) is not torch.nn.Linear or functools.reduce(getattr, logits.head, model) is not head:
             return False
         logits.factor(model)
-    except AttributeError:
+        cap = logits.cap(model)
+    except (AttributeError, ValueError):
+        return False
+    if cap is not None and not isinstance(cap, (int, float)):
         return False
     head.__class__ = _HiddenCatcher
     model.__class__ = _fused_causal_lm_class(type(model), logits)

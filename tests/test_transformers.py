@@ -287,6 +287,101 @@ def assert_same_gradients(model, ours):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-6 * top, msg=key)
 
 
+# Causal LMs whose forward soft-caps the logits, cap * tanh(logits / cap), each
+# its own way: where their model keeps the cap, and their config at a test's size.
+SOFT_CAPPED = {
+    # cap = self.config.logits_soft_cap, then in one line
+    "RecurrentGemmaForCausalLM": ("config.logits_soft_cap", dict(num_hidden_layers=3, num_key_value_heads=1,
+                                                                  lru_width=32, attention_window_size=16)),
+    # self.final_logit_softcapping, three lines, unconditional
+    "MistralLarge4ForConditionalGeneration": ("final_logit_softcapping", {
+        "text_config.qk_head_dim": 8, "text_config.head_dim": 4, "text_config.num_key_value_heads": 4}),
+    # after multiplying by the text config's output_multiplier
+    "MuseGlimmerForConditionalGeneration": ("config.text_config.final_logit_softcapping",
+                                            {"text_config.output_multiplier": 3.0}),
+    "MuseSparkForConditionalGeneration": ("config.text_config.final_logit_softcapping",
+                                          {"text_config.output_multiplier": 3.0}),
+    # if self.config.final_logit_softcapping is not None
+    "Gemma2ForCausalLM": ("config.final_logit_softcapping", {}),
+}
+
+
+def _set(owner, path: str, value):
+    *parents, name = path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    setattr(owner, name, value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(SOFT_CAPPED))
+def test_soft_capped_causal_lm_trains_as_transformers(name, device):
+    if not hasattr(transformers, name):
+        pytest.skip(f"transformers {transformers.__version__} has no {name}")
+    cls = getattr(transformers, name)
+    cap, sizes = SOFT_CAPPED[name]
+    config = shrunk(cls.config_class())
+    for path, value in sizes.items():
+        _set(config, path, value)
+    torch.manual_seed(0)
+    model = cls(config).to(device).eval()
+    for p in model.parameters():
+        p.data.add_(0.1 * torch.randn_like(p))
+    ids = torch.randint(0, 90, (2, 9), device=device)
+    labels = ids.clone()
+    labels[0, :2] = -100
+    ours = copy.deepcopy(model)
+    _set(model, cap, 1e6)
+    with torch.no_grad():
+        uncapped = model(input_ids=ids, labels=labels, use_cache=False).loss
+    _set(model, cap, 0.5)
+    _set(ours, cap, 0.5)
+    expected = model(input_ids=ids, labels=labels, use_cache=False)
+    assert (expected.loss - uncapped).abs() > 0.01  # the cap counts at these logits
+    fr.patch(ours)
+    assert type(ours) is not type(model)
+    got = ours(input_ids=ids, labels=labels, use_cache=False)
+    assert got.logits is None
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
+    expected.loss.backward()
+    got.loss.backward()
+    assert_same_gradients(model, ours)
+
+
+class _CappedWhenTraining:
+    def forward(self, hidden, labels=None):
+        logits = self.lm_head(hidden)
+        if self.training:
+            logits = torch.tanh(logits / self.config.cap) * self.config.cap
+        return self.loss_function(logits, labels)
+
+
+class _CappedThenScaled:
+    def forward(self, hidden, labels=None):
+        logits = self.lm_head(hidden)
+        logits = torch.tanh(logits / self.config.cap) * self.config.cap
+        logits = logits * self.config.scale
+        return self.loss_function(logits, labels)
+
+
+class _CappedByWalrus:
+    def forward(self, hidden, labels=None):
+        logits = self.lm_head(hidden).float()
+        if (cap := self.config.get_text_config().cap) is not None:
+            logits = logits.float() / cap
+            logits = logits.tanh()
+            logits = cap * logits
+        return self.loss_function(logits=logits, labels=labels)
+
+
+def test_soft_cap_read_only_where_the_forward_always_makes_it():
+    from fastreduce_torch import hf
+
+    assert hf._loss_logits(_CappedWhenTraining) is None
+    assert hf._loss_logits(_CappedThenScaled) is None
+    assert hf._loss_logits(_CappedByWalrus) == hf._Logits(("lm_head",), softcap="self.config.get_text_config().cap")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_vision_language_model_with_images_fused(device):
     # Llava with an image: its vision tower and projector feed the language
