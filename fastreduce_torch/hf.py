@@ -28,11 +28,11 @@ with :func:`fused_linear_cross_entropy` from the last hidden states, so the
 hands that loss its output embeddings' logits as they are, multiplied or
 divided by an attribute of the model (Cohere's logit_scale, Granite's
 logits_scaling: the hidden states are scaled instead), then possibly
-soft-capped, ``cap * tanh(logits / cap)`` with a cap the model or its config
-holds (Gemma 2, RecurrentGemma, Mistral Large 4); the others (sliced logits,
-caps of other forms, losses of their own) keep their loss. The model's own
-forward runs, labels and all: only its output embeddings and its
-loss_function are replaced while it does.
+soft-capped, ``cap * tanh(logits / cap)`` with a cap the model, its config or
+a module of its own holds (Gemma 2, RecurrentGemma, Mistral Large 4, Inkling
+2); the others (sliced logits, caps of other forms, losses of their own)
+keep their loss. The model's own forward runs, labels and all: only its
+output embeddings and its loss_function are replaced while it does.
 """
 
 from __future__ import annotations
@@ -430,11 +430,41 @@ def _divided(node: ast.expr, logits: str) -> ast.expr | None:
     return node.right if isinstance(left, ast.Name) and left.id == logits else None
 
 
-def _softcap(steps: list[ast.Assign], logits: str) -> tuple[ast.expr, int] | None:
-    """``(cap, n)`` where the first ``n`` assignments of ``steps`` soft-cap
-    ``logits``: ``logits = tanh(logits / cap) * cap`` (either order), or
-    ``logits = logits / cap``, ``logits = tanh(logits)``, ``logits = logits * cap``."""
+def _module_cap(cls: type, attribute: str) -> ast.expr | None:
+    """``self.<attribute>.<cap>`` where ``cls.__init__`` sets ``self.<attribute>``
+    once, to a module whose forward returns ``tanh(x / self.<cap>) * self.<cap>``
+    of its input ``x`` (Inkling 2's ``logit_softcap``)."""
+    init = _syntax(getattr(cls, "__init__", None))
+    made = [node.value for node in ast.walk(init or ast.Module([], []))
+            if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [f"self.{attribute}"]]
+    if len(made) != 1 or not isinstance(made[0], ast.Call) or not isinstance(made[0].func, ast.Name):
+        return None
+    module = cls.__init__.__globals__.get(made[0].func.id)
+    forward = _syntax(getattr(module, "forward", None)) if isinstance(module, type) else None
+    if forward is None or len(forward.body) != 1 or not isinstance(forward.body[0], ast.FunctionDef):
+        return None
+    function = forward.body[0]
+    body = function.body[1:] if ast.get_docstring(function) is not None else function.body
+    if len(function.args.args) != 2 or len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None
+    x = function.args.args[1].arg
+    capped = _softcap([ast.Assign(targets=[ast.Name(x, ast.Store())], value=body[0].value)], x, module)
+    chain = None if capped is None or capped[1] != 1 else _self_attributes(capped[0])
+    return None if chain is None else _expression(".".join(("self", attribute, *chain)))
+
+
+def _softcap(steps: list[ast.Assign], logits: str, cls: type) -> tuple[ast.expr, int] | None:
+    """``(cap, n)`` where the first ``n`` assignments of ``steps`` (in
+    ``cls.forward``) soft-cap ``logits``: ``logits = tanh(logits / cap) * cap``
+    (either order); ``logits = logits / cap``, ``logits = tanh(logits)``,
+    ``logits = logits * cap``; or ``logits = self.<m>(logits)``, ``m`` a module
+    of the first form (_module_cap)."""
     first = steps[0].value
+    if isinstance(first, ast.Call) and len(first.args) == 1 and not first.keywords \
+            and isinstance(first.args[0], ast.Name) and first.args[0].id == logits:
+        attribute = _self_attributes(first.func)
+        cap = _module_cap(cls, attribute[0]) if attribute is not None and len(attribute) == 1 else None
+        return None if cap is None else (cap, 1)
     if isinstance(first, ast.BinOp) and isinstance(first.op, ast.Mult):
         for capped, cap in ((first.left, first.right), (first.right, first.left)):
             inner = _tanh_of(capped)
@@ -493,7 +523,7 @@ def _loss_logits(cls: type) -> _Logits | str | None:
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     made = []  # (0, the head), (1, a scale), (2, the cap), in the order the forward makes them
     while steps:
-        capped = _softcap(steps, logits)
+        capped = _softcap(steps, logits, cls)
         if capped is not None:
             cap, n = capped
             if len({id(parents[id(s)]) for s in steps[:n]}) != 1 or not _guarded(steps[0], cap, tree, parents):

@@ -303,6 +303,8 @@ SOFT_CAPPED = {
                                           {"text_config.output_multiplier": 3.0}),
     # if self.config.final_logit_softcapping is not None
     "Gemma2ForCausalLM": ("config.final_logit_softcapping", {}),
+    # a module of its own: self.logit_softcap(logits)
+    "Inkling2ForCausalLM": ("logit_softcap.softcap", {}),
 }
 
 
@@ -374,11 +376,27 @@ class _CappedByWalrus:
         return self.loss_function(logits=logits, labels=labels)
 
 
+class _Halve(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x / 2) * self.cap
+
+
+class _HalvedByModule:
+    def __init__(self):
+        self.halve = _Halve()
+
+    def forward(self, hidden, labels=None):
+        logits = self.halve(self.lm_head(hidden))
+        logits = self.halve(logits)
+        return self.loss_function(logits, labels)
+
+
 def test_soft_cap_read_only_where_the_forward_always_makes_it():
     from fastreduce_torch import hf
 
     assert hf._loss_logits(_CappedWhenTraining) is None
     assert hf._loss_logits(_CappedThenScaled) is None
+    assert hf._loss_logits(_HalvedByModule) is None
     assert hf._loss_logits(_CappedByWalrus) == hf._Logits(("lm_head",), softcap="self.config.get_text_config().cap")
 
 
