@@ -226,30 +226,52 @@ def causal_lm_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: 
 
 
 @dataclasses.dataclass(frozen=True)
+class _Step:
+    """One step of the way from a model to a value its forward reads:
+    ``.name``, ``.name()`` (``call``), or ``getattr(_, "name", *default)``."""
+
+    name: str
+    call: bool = False
+    default: tuple = ()
+
+    def take(self, value):
+        value = getattr(value, self.name, *self.default)
+        return value() if self.call else value
+
+
+def _follow(path: tuple[_Step, ...], model: torch.nn.Module):
+    for step in path:
+        model = step.take(model)
+    return model
+
+
+@dataclasses.dataclass(frozen=True)
 class _Logits:
     """How a causal LM's forward makes the logits it hands its loss:
-    ``self.<head>(hidden)``, then multiplied or divided by ``self.<scale...>``
-    (Cohere's ``logit_scale``, Granite's ``config.logits_scaling``, ...), then
-    soft-capped, ``cap * tanh(logits / cap)``, by the cap its code reads from
-    the model: ``softcap``, an expression of ``self`` (Gemma 2's
-    ``self.config.final_logit_softcapping``), None where it makes no cap."""
+    ``self.<head>(hidden)``, then multiplied or divided by the value at
+    ``scale`` (Cohere's ``self.logit_scale``, Granite's
+    ``self.config.logits_scaling``, ...), then soft-capped, ``cap * tanh(logits
+    / cap)``, by the cap at ``softcap`` (Gemma 2's
+    ``self.config.final_logit_softcapping``; None: no cap). Both are paths
+    from the model, read when the loss is computed."""
 
     head: tuple[str, ...]
-    scale: tuple[str, ...] = ()
+    scale: tuple[_Step, ...] = ()
     divide: bool = False
-    softcap: str | None = None
+    softcap: tuple[_Step, ...] | None = None
 
     def factor(self, model: torch.nn.Module):
-        """``model.<scale...>``: the attribute the logits are scaled by."""
-        return functools.reduce(getattr, self.scale, model)
+        """The value the logits are scaled by."""
+        return _follow(self.scale, model)
 
     def cap(self, model: torch.nn.Module) -> float | None:
         """The soft-cap as the model's forward reads it (None: no cap)."""
-        return None if self.softcap is None else _read(_expression(self.softcap), model)
+        return None if self.softcap is None else _follow(self.softcap, model)
 
     def within(self, child: str) -> "_Logits":
         """These logits, made by a model's ``self.<child>``, from the model."""
-        return dataclasses.replace(self, head=(child, *self.head), scale=(child, *self.scale) if self.scale else ())
+        return dataclasses.replace(self, head=(child, *self.head),
+                                   scale=(_Step(child), *self.scale) if self.scale else ())
 
     def scaled(self, model: torch.nn.Module, hidden: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """hidden and bias scaled so that ``head(hidden)`` gives the scaled logits
@@ -338,21 +360,32 @@ def _output_logits(node: ast.expr, tree: ast.Module) -> str | None:
     return _head_call(calls[0])
 
 
-def _self_attributes(node: ast.expr) -> tuple[str, ...] | None:
-    """``("config", "logits_scaling")`` of ``self.config.logits_scaling``."""
-    chain = []
-    while isinstance(node, ast.Attribute):
-        chain.append(node.attr)
-        node = node.value
-    return tuple(reversed(chain)) if chain and isinstance(node, ast.Name) and node.id == "self" else None
+def _path(node: ast.expr) -> tuple[_Step, ...] | None:
+    """The steps from ``self`` to the value of ``node``: attributes, methods
+    called without arguments, ``getattr(x, "name"[, constant])``; None for
+    any other expression."""
+    if isinstance(node, ast.Name):
+        return () if node.id == "self" else None
+    if isinstance(node, ast.Attribute):
+        base, step = node.value, _Step(node.attr)
+    elif isinstance(node, ast.Call) and not node.keywords and isinstance(node.func, ast.Attribute) and not node.args:
+        base, step = node.func.value, _Step(node.func.attr, call=True)
+    elif isinstance(node, ast.Call) and not node.keywords and ast.unparse(node.func) == "getattr" \
+            and len(node.args) in (2, 3) and all(isinstance(a, ast.Constant) for a in node.args[1:]) \
+            and isinstance(node.args[1].value, str):
+        base, step = node.args[0], _Step(node.args[1].value, default=tuple(a.value for a in node.args[2:]))
+    else:
+        return None
+    path = _path(base)
+    return None if path is None else (*path, step)
 
 
-def _scaling(node: ast.expr) -> tuple[ast.expr, tuple[str, ...], bool] | None:
-    """``(a, chain, divide)`` of ``a * self.<chain>`` or ``a / self.<chain>``."""
+def _scaling(node: ast.expr) -> tuple[ast.expr, tuple[_Step, ...], bool] | None:
+    """``(a, path, divide)`` of ``a * <path>`` or ``a / <path>`` (a _path from self)."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
-        chain = _self_attributes(node.right)
-        if chain is not None:
-            return node.left, chain, isinstance(node.op, ast.Div)
+        path = _path(node.right)
+        if path:
+            return node.left, path, isinstance(node.op, ast.Div)
     return None
 
 
@@ -387,28 +420,6 @@ def _inlined(node: ast.expr, tree: ast.Module) -> ast.expr:
             return node if bound is None else Inline(self.seen | {node.id}).visit(copy.deepcopy(bound))
 
     return Inline().visit(copy.deepcopy(node))
-
-
-@functools.cache
-def _expression(source: str) -> ast.expr:
-    return ast.parse(source, mode="eval").body
-
-
-def _read(node: ast.expr, model: torch.nn.Module):
-    """The value of ``node`` with ``model`` as ``self``: attributes, methods
-    called without arguments, ``getattr(x, "name"[, default])``, constants."""
-    if isinstance(node, ast.Name) and node.id == "self":
-        return model
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Attribute):
-        return getattr(_read(node.value, model), node.attr)
-    if isinstance(node, ast.Call) and not node.keywords:
-        if isinstance(node.func, ast.Attribute) and not node.args:
-            return getattr(_read(node.func.value, model), node.func.attr)()
-        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) in (2, 3):
-            return getattr(*(_read(a, model) for a in node.args))
-    raise ValueError(f"not an attribute of the model: {ast.unparse(node)}")
 
 
 def _tanh_of(node: ast.expr) -> ast.expr | None:
@@ -449,8 +460,14 @@ def _module_cap(cls: type, attribute: str) -> ast.expr | None:
         return None
     x = function.args.args[1].arg
     capped = _softcap([ast.Assign(targets=[ast.Name(x, ast.Store())], value=body[0].value)], x, module)
-    chain = None if capped is None or capped[1] != 1 else _self_attributes(capped[0])
-    return None if chain is None else _expression(".".join(("self", attribute, *chain)))
+    if capped is None or capped[1] != 1 or _path(capped[0]) is None:
+        return None
+
+    class Reroot(ast.NodeTransformer):  # the module's self: the model's self.<attribute>
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            return ast.Attribute(ast.Name("self", ast.Load()), attribute, ast.Load()) if node.id == "self" else node
+
+    return Reroot().visit(copy.deepcopy(capped[0]))
 
 
 def _softcap(steps: list[ast.Assign], logits: str, cls: type) -> tuple[ast.expr, int] | None:
@@ -462,8 +479,8 @@ def _softcap(steps: list[ast.Assign], logits: str, cls: type) -> tuple[ast.expr,
     first = steps[0].value
     if isinstance(first, ast.Call) and len(first.args) == 1 and not first.keywords \
             and isinstance(first.args[0], ast.Name) and first.args[0].id == logits:
-        attribute = _self_attributes(first.func)
-        cap = _module_cap(cls, attribute[0]) if attribute is not None and len(attribute) == 1 else None
+        path = _path(first.func)
+        cap = _module_cap(cls, path[0].name) if path is not None and len(path) == 1 and not path[0].call else None
         return None if cap is None else (cap, 1)
     if isinstance(first, ast.BinOp) and isinstance(first.op, ast.Mult):
         for capped, cap in ((first.left, first.right), (first.right, first.left)):
@@ -528,7 +545,7 @@ def _loss_logits(cls: type) -> _Logits | str | None:
             cap, n = capped
             if len({id(parents[id(s)]) for s in steps[:n]}) != 1 or not _guarded(steps[0], cap, tree, parents):
                 return None
-            made.append((2, ast.unparse(_inlined(cap, tree))))
+            made.append((2, _path(_inlined(cap, tree))))
             steps = steps[n:]
             continue
         value = steps.pop(0).value
@@ -542,7 +559,7 @@ def _loss_logits(cls: type) -> _Logits | str | None:
             made.append((1, (chain, divide)))
     ranks = [rank for rank, _ in made]
     parts = dict(made)
-    if ranks != sorted(set(ranks)) or parts.get(0) is None:
+    if ranks != sorted(set(ranks)) or parts.get(0) is None or 2 in parts and parts[2] is None:
         return None
     if isinstance(parts[0], str):  # a child's logits, as they are
         return parts[0] if len(parts) == 1 else None
@@ -576,7 +593,7 @@ def patch_causal_lm(model: torch.nn.Module) -> bool:
             return False
         logits.factor(model)
         cap = logits.cap(model)
-    except (AttributeError, ValueError):
+    except AttributeError:
         return False
     if cap is not None and not isinstance(cap, (int, float)):
         return False

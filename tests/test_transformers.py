@@ -397,7 +397,8 @@ def test_soft_cap_read_only_where_the_forward_always_makes_it():
     assert hf._loss_logits(_CappedWhenTraining) is None
     assert hf._loss_logits(_CappedThenScaled) is None
     assert hf._loss_logits(_HalvedByModule) is None
-    assert hf._loss_logits(_CappedByWalrus) == hf._Logits(("lm_head",), softcap="self.config.get_text_config().cap")
+    text_cap = (hf._Step("config"), hf._Step("get_text_config", call=True), hf._Step("cap"))
+    assert hf._loss_logits(_CappedByWalrus) == hf._Logits(("lm_head",), softcap=text_cap)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -485,11 +486,16 @@ def test_loss_function_set_after_patch_is_used():
     torch.testing.assert_close(out.loss, 2 * fused, rtol=1e-5, atol=0)
 
 
-def test_fused_loss_compiles_whole():
-    # torch.compile(fullgraph=True) of a patched model with scaled logits: the
-    # fused loss (the output embeddings catching, the loss_function property)
-    # traces without a graph break, forward and backward.
-    model = build("granite", "cpu")
+@pytest.mark.parametrize("name", ["granite", "gemma2"])
+def test_fused_loss_compiles_whole(name):
+    # torch.compile(fullgraph=True) of a patched model with scaled logits
+    # (Granite) or soft-capped ones (Gemma 2, at a cap that counts): the fused
+    # loss (the output embeddings catching, the loss_function property, the
+    # scale or cap read from the model) traces without a graph break, forward
+    # and backward.
+    model = build(name, "cpu")
+    if name == "gemma2":
+        model.config.final_logit_softcapping = 0.5
     ours = copy.deepcopy(model)
     fr.patch(ours)
     ids, labels = batch("cpu")
