@@ -446,11 +446,11 @@ def _module_cap(cls: type, attribute: str) -> ast.expr | None:
     once, to a module whose forward returns ``tanh(x / self.<cap>) * self.<cap>``
     of its input ``x`` (Inkling 2's ``logit_softcap``)."""
     init = _syntax(getattr(cls, "__init__", None))
-    made = [node.value for node in ast.walk(init or ast.Module([], []))
-            if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [f"self.{attribute}"]]
-    if len(made) != 1 or not isinstance(made[0], ast.Call) or not isinstance(made[0].func, ast.Name):
+    built = [node.value for node in ast.walk(init or ast.Module([], []))
+             if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [f"self.{attribute}"]]
+    if len(built) != 1 or not isinstance(built[0], ast.Call) or not isinstance(built[0].func, ast.Name):
         return None
-    module = cls.__init__.__globals__.get(made[0].func.id)
+    module = cls.__init__.__globals__.get(built[0].func.id)
     forward = _syntax(getattr(module, "forward", None)) if isinstance(module, type) else None
     if forward is None or len(forward.body) != 1 or not isinstance(forward.body[0], ast.FunctionDef):
         return None
@@ -520,9 +520,9 @@ def _loss_logits(cls: type) -> _Logits | str | None:
     """How ``cls.forward`` makes the logits it hands ``self.loss_function``,
     where that is the output embeddings' logits, possibly scaled by an
     attribute of the model (Cohere, Granite, FalconH1), then possibly
-    soft-capped (Gemma 2, RecurrentGemma); the name of the child whose output
-    logits they are (a causal LM inside: _model_logits); None for anything
-    else (sliced logits, another loss)."""
+    soft-capped (Gemma 2, RecurrentGemma, Inkling 2); the name of the child
+    whose output logits they are (a causal LM inside: _model_logits); None for
+    anything else (sliced logits, another loss)."""
     tree = _syntax(getattr(cls, "forward", None))
     if tree is None:
         return None
@@ -551,12 +551,12 @@ def _loss_logits(cls: type) -> _Logits | str | None:
         value = steps.pop(0).value
         scaling = _scaling(value)
         if scaling is not None:
-            value, chain, divide = scaling
+            value, path, divide = scaling
         if scaling is None or not (isinstance(value, ast.Name) and value.id == logits):
             head = _head_call(value)
             made.append((0, (head,) if head is not None else _output_logits(value, tree)))
         if scaling is not None:
-            made.append((1, (chain, divide)))
+            made.append((1, (path, divide)))
     ranks = [rank for rank, _ in made]
     parts = dict(made)
     if ranks != sorted(set(ranks)) or parts.get(0) is None or 2 in parts and parts[2] is None:
