@@ -30,9 +30,11 @@ divided by an attribute of the model (Cohere's logit_scale, Granite's
 logits_scaling: the hidden states are scaled instead), then possibly
 soft-capped, ``cap * tanh(logits / cap)`` with a cap the model, its config or
 a module of its own holds (Gemma 2, RecurrentGemma, Mistral Large 4, Inkling
-2); the others (sliced logits, caps of other forms, losses of their own)
-keep their loss. The model's own forward runs, labels and all: only its
-output embeddings and its loss_function are replaced while it does.
+2); or a causal LM's inside it (Llama 4's, Blip-2's on a decoder-only
+language model, the last positions of its logits), where the forward hands
+them on. The others (otherwise sliced logits, caps of other forms, losses of
+their own) keep their loss. The model's own forward runs, labels and all:
+only its output embeddings and its loss_function are replaced while it does.
 """
 
 from __future__ import annotations
@@ -253,12 +255,19 @@ class _Logits:
     ``self.config.logits_scaling``, ...), then soft-capped, ``cap * tanh(logits
     / cap)``, by the cap at ``softcap`` (Gemma 2's
     ``self.config.final_logit_softcapping``; None: no cap). Both are paths
-    from the model, read when the loss is computed."""
+    from the model, read when the loss is computed. ``last_labels``: only the
+    last ``labels.size(1)`` positions' logits (Blip-2, whose query tokens
+    come first). ``when``: the values, at paths from the model, that put the
+    loss where the forward computes it (Blip-2's
+    ``config.use_decoder_only_language_model``), checked by patch()."""
 
     head: tuple[str, ...]
     scale: tuple[_Step, ...] = ()
     divide: bool = False
     softcap: tuple[_Step, ...] | None = None
+    last_labels: bool = False
+    when: tuple[tuple[tuple[_Step, ...], bool], ...] = ()
+    child: str | None = None  # the causal LM inside whose output logits these are (_model_logits)
 
     def factor(self, model: torch.nn.Module):
         """The value the logits are scaled by."""
@@ -271,7 +280,12 @@ class _Logits:
     def within(self, child: str) -> "_Logits":
         """These logits, made by a model's ``self.<child>``, from the model."""
         return dataclasses.replace(self, head=(child, *self.head),
-                                   scale=(_Step(child), *self.scale) if self.scale else ())
+                                   scale=(_Step(child), *self.scale) if self.scale else (),
+                                   when=tuple(((_Step(child), *path), value) for path, value in self.when))
+
+    def holds(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` computes its loss where this reading found it."""
+        return all(bool(_follow(path, model)) == value for path, value in self.when)
 
     def scaled(self, model: torch.nn.Module, hidden: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """hidden and bias scaled so that ``head(hidden)`` gives the scaled logits
@@ -291,6 +305,8 @@ def _fused_loss(model: torch.nn.Module, logits: Tensor, labels: Tensor, vocab_si
     with the empty logits: on the hidden states its output embeddings kept."""
     head, how = model.get_output_embeddings(), model._fastreduce_logits
     hidden, bias = how.scaled(model, head.caught, head.bias)
+    if how.last_labels:
+        hidden = hidden[:, -labels.size(1):, :]
     return causal_lm_loss(hidden, head.weight, bias, labels, how.cap(model), num_items_in_batch, ignore_index,
                           shift_labels)
 
@@ -341,10 +357,11 @@ def _head_call(node: ast.expr) -> str | None:
     return None
 
 
-def _output_logits(node: ast.expr, tree: ast.Module) -> str | None:
+def _output_logits(node: ast.expr, tree: ast.Module, skipped: set[int]) -> str | None:
     """``child`` where ``node`` is ``out[0]`` or ``out.logits`` and ``out`` is
-    assigned once, from ``self.<child>(...)`` without labels (Llama 4's
-    vision-language model on its inner causal LM)."""
+    assigned once (outside the ``skipped`` nodes), from ``self.<child>(...)``
+    without labels (Llama 4's and Blip-2's vision-language models on their
+    inner causal LM)."""
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0:
         out = node.value
     elif isinstance(node, ast.Attribute) and node.attr == "logits":
@@ -353,7 +370,7 @@ def _output_logits(node: ast.expr, tree: ast.Module) -> str | None:
         return None
     if not isinstance(out, ast.Name):
         return None
-    calls = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+    calls = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and id(n) not in skipped
              and any(isinstance(t, ast.Name) and t.id == out.id for t in n.targets)]
     if len(calls) != 1 or not isinstance(calls[0], ast.Call) or any(k.arg == "labels" for k in calls[0].keywords):
         return None
@@ -515,14 +532,31 @@ def _guarded(step: ast.stmt, cap: ast.expr, tree: ast.Module, parents: dict[int,
     return True
 
 
+def _branches(calls: list[ast.Call], parents: dict[int, ast.AST]) -> tuple[tuple, set[int]]:
+    """``(when, skipped)``: for each ``if <path of self>:`` around the calls,
+    the path and whether the calls are in its body (_Logits.when), and the ids
+    of every node of the branch they are not in."""
+    when, skipped = [], set()
+    for call in calls:
+        child, node = call, parents[id(call)]
+        while not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, ast.If) and (path := _path(node.test)):
+                inside = any(child is n for n in node.body)
+                when.append((path, inside))
+                skipped |= {id(n) for branch in (node.orelse if inside else node.body) for n in ast.walk(branch)}
+            child, node = node, parents[id(node)]
+    return tuple(dict.fromkeys(when)), skipped
+
+
 @functools.cache
-def _loss_logits(cls: type) -> _Logits | str | None:
+def _loss_logits(cls: type) -> _Logits | None:
     """How ``cls.forward`` makes the logits it hands ``self.loss_function``,
     where that is the output embeddings' logits, possibly scaled by an
     attribute of the model (Cohere, Granite, FalconH1), then possibly
-    soft-capped (Gemma 2, RecurrentGemma, Inkling 2); the name of the child
-    whose output logits they are (a causal LM inside: _model_logits); None for
-    anything else (sliced logits, another loss)."""
+    soft-capped (Gemma 2, RecurrentGemma, Inkling 2), or those of a causal LM
+    inside (``child``, resolved by _model_logits), possibly cut to the
+    labels' last positions (Blip-2); None for anything else (otherwise sliced
+    logits, another loss)."""
     tree = _syntax(getattr(cls, "forward", None))
     if tree is None:
         return None
@@ -533,48 +567,57 @@ def _loss_logits(cls: type) -> _Logits | str | None:
     if len(given) != 1 or not next(iter(given)).isidentifier():
         return None
     logits = given.pop()  # the variable every loss call is given: logits, lm_logits, ...
-    steps = sorted((node for node in ast.walk(tree) if _binds(node, logits)), key=lambda n: (n.lineno, n.col_offset))
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    when, skipped = _branches(losses, parents)
+    steps = sorted((node for node in ast.walk(tree) if id(node) not in skipped and _binds(node, logits)),
+                   key=lambda n: (n.lineno, n.col_offset))
     if not all(isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
                for s in steps):
         return None
-    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    made = []  # (0, the head), (1, a scale), (2, the cap), in the order the forward makes them
+    last_labels = {f"{logits}[:, -labels.{size}:, :]" for size in ("size(1)", "shape[1]")}
+    made = []  # (0, the head), (1, the last labels' rows), (2, a scale), (3, the cap), in the forward's order
     while steps:
         capped = _softcap(steps, logits, cls)
         if capped is not None:
             cap, n = capped
             if len({id(parents[id(s)]) for s in steps[:n]}) != 1 or not _guarded(steps[0], cap, tree, parents):
                 return None
-            made.append((2, _path(_inlined(cap, tree))))
+            made.append((3, _path(_inlined(cap, tree))))
             steps = steps[n:]
             continue
         value = steps.pop(0).value
+        if ast.unparse(value) in last_labels:
+            made.append((1, True))
+            continue
         scaling = _scaling(value)
         if scaling is not None:
             value, path, divide = scaling
         if scaling is None or not (isinstance(value, ast.Name) and value.id == logits):
             head = _head_call(value)
-            made.append((0, (head,) if head is not None else _output_logits(value, tree)))
+            made.append((0, (head,) if head is not None else _output_logits(value, tree, skipped)))
         if scaling is not None:
-            made.append((1, (path, divide)))
+            made.append((2, (path, divide)))
     ranks = [rank for rank, _ in made]
     parts = dict(made)
-    if ranks != sorted(set(ranks)) or parts.get(0) is None or 2 in parts and parts[2] is None:
+    if ranks != sorted(set(ranks)) or parts.get(0) is None or 3 in parts and parts[3] is None:
         return None
-    if isinstance(parts[0], str):  # a child's logits, as they are
-        return parts[0] if len(parts) == 1 else None
-    return _Logits(parts[0], *parts.get(1, ((), False)), softcap=parts.get(2))
+    if isinstance(parts[0], str):  # a child's logits, as they are or cut
+        return _Logits((), last_labels=1 in parts, when=when, child=parts[0]) if set(parts) <= {0, 1} else None
+    return _Logits(parts[0], *parts.get(2, ((), False)), softcap=parts.get(3), last_labels=1 in parts, when=when)
 
 
 def _model_logits(model: torch.nn.Module) -> _Logits | None:
     """_loss_logits of the model's class; where its logits are a child causal
     LM's output, the child's, reached from the model."""
     how = _loss_logits(type(model))
-    if not isinstance(how, str):
+    if how is None or how.child is None:
         return how
-    child = getattr(model, how, None)
+    child = getattr(model, how.child, None)
     inner = _model_logits(child) if isinstance(child, torch.nn.Module) else None
-    return None if inner is None or inner.softcap is not None else inner.within(how)
+    if inner is None or inner.softcap is not None or inner.last_labels:
+        return None
+    inner = inner.within(how.child)
+    return dataclasses.replace(inner, last_labels=how.last_labels, when=how.when + inner.when)
 
 
 def patch_causal_lm(model: torch.nn.Module) -> bool:
@@ -593,6 +636,8 @@ def patch_causal_lm(model: torch.nn.Module) -> bool:
             return False
         logits.factor(model)
         cap = logits.cap(model)
+        if not logits.holds(model):  # the forward computes its loss elsewhere (Blip-2 on T5)
+            return False
     except AttributeError:
         return False
     if cap is not None and not isinstance(cap, (int, float)):

@@ -429,6 +429,63 @@ def test_vision_language_model_with_images_fused(device):
     assert_same_gradients(model, ours)
 
 
+def blip(kind: str, language: str = "OPT"):
+    """A tiny Blip-2 or InstructBlip, four query tokens (image token 96), on a
+    decoder-only OPT or an encoder-decoder T5 language model."""
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=28,
+                  patch_size=14)
+    qformer = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   encoder_hidden_size=32)
+    if language == "OPT":
+        text = transformers.OPTConfig(vocab_size=97, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                                      num_attention_heads=4, word_embed_proj_dim=32, max_position_embeddings=64)
+    else:
+        text = transformers.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                     decoder_start_token_id=0)
+    config = getattr(transformers, f"{kind}Config")(vision_config=vision, qformer_config=qformer,
+                                                    text_config=text.to_dict(), num_query_tokens=4,
+                                                    image_token_index=96)
+    torch.manual_seed(0)
+    return getattr(transformers, f"{kind}ForConditionalGeneration")(config).eval()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["Blip2", "InstructBlip"])
+def test_query_token_models_fused(kind, device):
+    # Blip-2 and InstructBlip on a decoder-only language model hand their loss
+    # the inner causal LM's logits (Blip-2 those of the labels' last
+    # positions: given labels shorter than the sequence, ours is the loss of
+    # the same labels padded with ignored ones in front, as transformers 5.24's
+    # own model cannot view the cut logits); on an encoder-decoder one, the
+    # inner model computes the loss itself and patch() leaves it.
+    from fastreduce_torch import hf
+
+    if not hasattr(transformers, f"{kind}ForConditionalGeneration"):
+        pytest.skip(f"transformers {transformers.__version__} has no {kind}")
+    model = blip(kind).to(device)
+    ours = copy.deepcopy(model)
+    fr.patch(ours)
+    assert type(ours) is not type(model)
+    ids = torch.randint(0, 90, (2, 11), device=device)
+    ids[:, :4] = 96
+    labels = ids.clone()
+    labels[:, :6] = -100
+    inputs = dict(input_ids=ids, pixel_values=torch.randn(2, 3, 28, 28, device=device))
+    if kind == "InstructBlip":
+        inputs["qformer_input_ids"] = torch.randint(0, 90, (2, 5), device=device)
+    expected = model(**inputs, labels=labels)
+    got = ours(**inputs, labels=labels[:, 5:] if kind == "Blip2" else labels)
+    assert got.logits is None
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
+    expected.loss.backward()
+    got.loss.backward()
+    assert_same_gradients(model, ours)
+    on_t5 = blip(kind, "T5")
+    assert not hf._loss_logits(type(on_t5)).holds(on_t5)  # its loss call is in the branch not taken
+    fr.patch(on_t5)
+    assert type(on_t5).__name__ == f"{kind}ForConditionalGeneration" and not hasattr(on_t5, "_fastreduce_logits")
+
+
 def test_cohere_head_norms_keep_their_forward():
     # Cohere's q/k norms carry a weight a head, (heads, head_dim), over rows of head_dim.
     from transformers.models.cohere.modeling_cohere import CohereLayerNorm
