@@ -519,14 +519,15 @@ def _softcap(steps: list[ast.Assign], logits: str, cls: type) -> tuple[ast.expr,
 
 def _guarded(step: ast.stmt, cap: ast.expr, tree: ast.Module, parents: dict[int, ast.AST]) -> bool:
     """Whether ``step`` is in the function's body, or in that of ``if <cap> is
-    not None:`` (a cap of None then caps nothing, as in the forward)."""
+    not None:`` (a cap of None then caps nothing, as in the forward); ``cap``
+    with its names inlined (_inlined)."""
     child, node = step, parents[id(step)]
     while not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         test = node.test if isinstance(node, ast.If) else None
         if not (isinstance(test, ast.Compare) and any(child is n for n in node.body)
                 and [type(op) for op in test.ops] == [ast.IsNot]
                 and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
-                and ast.unparse(_inlined(test.left, tree)) == ast.unparse(_inlined(cap, tree))):
+                and ast.unparse(_inlined(test.left, tree)) == ast.unparse(cap)):
             return False
         child, node = node, parents[id(node)]
     return True
@@ -579,10 +580,10 @@ def _loss_logits(cls: type) -> _Logits | None:
     while steps:
         capped = _softcap(steps, logits, cls)
         if capped is not None:
-            cap, n = capped
+            cap, n = _inlined(capped[0], tree), capped[1]
             if len({id(parents[id(s)]) for s in steps[:n]}) != 1 or not _guarded(steps[0], cap, tree, parents):
                 return None
-            made.append((3, _path(_inlined(cap, tree))))
+            made.append((3, _path(cap)))
             steps = steps[n:]
             continue
         value = steps.pop(0).value
