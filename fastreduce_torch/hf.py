@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .lazy_logits import LazyLogits
 from .losses import fused_linear_cross_entropy
 from .norms import layer_norm, rms_norm
 
@@ -648,11 +649,84 @@ def patch_causal_lm(model: torch.nn.Module) -> bool:
     return True
 
 
-def patch_causal_lms(model: torch.nn.Module) -> None:
-    """patch_causal_lm on ``model``, or, where it is not a transformers model,
-    on the outermost ones inside it (PEFT's wrappers, a user's own module). A
-    causal LM inside a transformers model is called as its parent decides."""
-    if patch_causal_lm(model) or any(c.__name__ == "PreTrainedModel" for c in type(model).__mro__):
+# ---- the encoder-decoder's loss
+
+
+def _lm_head_dtype(input: Tensor) -> torch.dtype:
+    """The dtype F.linear gives ``input``, autocast included."""
+    device = input.device.type
+    if torch.is_autocast_enabled(device) and input.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return torch.get_autocast_dtype(device)
+    return input.dtype
+
+
+class _LazyHead(torch.nn.Linear):
+    """The output embeddings of an encoder-decoder while it computes its loss:
+    LazyLogits, which the model's own forward views, biases and hands to
+    ``nn.CrossEntropyLoss``, fused there."""
+
+    lazy: bool = False
+
+    def forward(self, input: Tensor) -> Tensor:
+        if not self.lazy:
+            return F.linear(input, self.weight, self.bias)
+        return LazyLogits(input, self.weight, self.bias, _lm_head_dtype(input))
+
+
+def _encoder_decoder_forward(self, *args, labels: Tensor | None = None, **kwargs):
+    original = self._fastreduce_original_forward
+    head = self.get_output_embeddings()
+    if labels is None or not isinstance(head, _LazyHead) or torch.compiler.is_compiling():
+        return original(*args, labels=labels, **kwargs)
+    head.lazy = True
+    try:
+        return original(*args, labels=labels, **kwargs)
+    finally:
+        head.lazy = False
+
+
+@functools.cache
+def _lazy_logits_class(cls: type) -> type:
+    """``cls`` whose forward, given labels, has its output embeddings return LazyLogits."""
+    return type(cls.__name__, (cls,), {"forward": _encoder_decoder_forward,
+                                       "_fastreduce_original_forward": cls.forward, "__module__": __name__})
+
+
+def _computes_cross_entropy(cls: type) -> bool:
+    """Whether the class's forward builds ``CrossEntropyLoss`` or calls ``cross_entropy``."""
+    tree = _syntax(cls.forward)
+    return tree is not None and any(
+        isinstance(node, ast.Call) and (getattr(node.func, "id", None) or getattr(node.func, "attr", None))
+        in ("CrossEntropyLoss", "cross_entropy") for node in ast.walk(tree))
+
+
+def patch_encoder_decoder(model: torch.nn.Module) -> bool:
+    """Routes the cross-entropy a transformers encoder-decoder (T5, BART,
+    Whisper, Marian, an EncoderDecoderModel, ...) computes on its logits when
+    given labels through fused_linear_cross_entropy: its output embeddings
+    return LazyLogits while it does. False if ``model`` is not one whose
+    forward computes a cross-entropy on the logits of an nn.Linear."""
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False) \
+            or not _computes_cross_entropy(type(model)):
+        return False
+    try:
+        head = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return False
+    if type(head) is not torch.nn.Linear:
+        return False
+    head.__class__ = _LazyHead
+    model.__class__ = _lazy_logits_class(type(model))
+    return True
+
+
+def patch_losses(model: torch.nn.Module) -> None:
+    """patch_causal_lm or patch_encoder_decoder on ``model``, or, where it is
+    not a transformers model, on the outermost ones inside it (PEFT's
+    wrappers, a user's own module). A model inside a transformers model is
+    called as its parent decides."""
+    if patch_causal_lm(model) or patch_encoder_decoder(model) \
+            or any(c.__name__ == "PreTrainedModel" for c in type(model).__mro__):
         return
     for child in model.children():
-        patch_causal_lms(child)
+        patch_losses(child)

@@ -50,5 +50,5 @@ def patch(model: torch.nn.Module) -> int:
             replaced += 1
         elif hf.patch_norm(module):
             replaced += 1
-    hf.patch_causal_lms(model)
+    hf.patch_losses(model)
     return replaced

@@ -1,0 +1,129 @@
+"""Logits not yet computed: what a patched encoder-decoder's output embeddings
+return while its forward computes the training loss.
+
+A model such as T5, BART or Whisper makes its logits, may add a bias, and hands
+``logits.view(-1, V)`` to ``nn.CrossEntropyLoss``: all in its own forward. The
+output embeddings return a LazyLogits instead of the (tokens, vocab) logits; a
+view that keeps the vocab last, a move to its own device and dtype, and the
+addition of a bias over the vocab keep it lazy, and ``F.cross_entropy`` of it
+is fused_linear_cross_entropy on the hidden states. Anything else computes the
+logits first, so the forward's result is the same whatever its code does; only
+the common path is spared the logits (``materializations`` counts the others).
+"""
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils._pytree import tree_map
+
+from .losses import fused_linear_cross_entropy
+
+_METADATA = frozenset({
+    Tensor.size, Tensor.dim, Tensor.numel, Tensor.stride, Tensor.is_contiguous,
+    Tensor.shape.__get__, Tensor.dtype.__get__, Tensor.device.__get__, Tensor.ndim.__get__,
+    Tensor.requires_grad.__get__, Tensor.is_cuda.__get__, Tensor.layout.__get__,
+})
+_VIEWS = frozenset({Tensor.view, Tensor.reshape})
+_ADDS = frozenset({Tensor.add, Tensor.__add__, Tensor.__radd__, torch.add})
+_UNSET = object()
+
+
+class LazyLogits(Tensor):
+    """``F.linear(hidden, weight, bias)`` in ``dtype``, computed only when
+    something other than a view, a bias or the cross-entropy reads it."""
+
+    materializations = 0
+
+    @staticmethod
+    def __new__(cls, hidden: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype):
+        shape = hidden.shape[:-1] + (weight.shape[0],)
+        logits = Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=hidden.device)
+        logits.hidden, logits.weight, logits.bias = hidden, weight, bias
+        return logits
+
+    def __repr__(self) -> str:
+        return f"LazyLogits(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    def materialize(self) -> Tensor:
+        LazyLogits.materializations += 1
+        dtype = self.dtype
+        bias = None if self.bias is None else self.bias.to(dtype)
+        return F.linear(self.hidden.to(dtype), self.weight.to(dtype), bias)
+
+    def _with(self, hidden: Tensor | None = None, bias=_UNSET) -> "LazyLogits":
+        return LazyLogits(self.hidden if hidden is None else hidden, self.weight,
+                          self.bias if bias is _UNSET else bias, self.dtype)
+
+    def _viewed(self, shape) -> "LazyLogits | None":
+        """The same logits in ``shape``, where its last dimension stays the vocab."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        try:
+            shape = torch.empty(self.shape, device="meta").view(shape).shape
+        except RuntimeError:
+            return None
+        if len(shape) == 0 or shape[-1] != self.shape[-1]:
+            return None
+        return self._with(hidden=self.hidden.reshape(shape[:-1] + self.hidden.shape[-1:]))
+
+    def _moved(self, args, kwargs) -> "LazyLogits | None":
+        """self, where ``.to(*args, **kwargs)`` leaves its device and dtype as they are."""
+        kwargs = dict(kwargs)
+        if kwargs.pop("copy", False):
+            return None
+        device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None and torch.device(device) != self.device \
+                or dtype is not None and dtype != self.dtype or memory_format is not None:
+            return None
+        return self
+
+    def _plus(self, other, kwargs) -> "LazyLogits | None":
+        """self + other, where other is a bias over the vocab of this dtype."""
+        if kwargs or not isinstance(other, Tensor) or isinstance(other, LazyLogits) or other.dtype != self.dtype \
+                or other.device != self.device or other.dim() == 0 or other.shape[-1] != self.shape[-1] \
+                or any(size != 1 for size in other.shape[:-1]) or other.dim() > self.dim():
+            return None
+        bias = other.reshape(-1)
+        return self._with(bias=bias if self.bias is None else self.bias + bias)
+
+    def _cross_entropy(self, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                       reduction="mean", label_smoothing=0.0) -> Tensor | None:
+        if self.dim() != 2 or not isinstance(target, Tensor) or target.dim() != 1 \
+                or target.dtype not in (torch.int64, torch.int32) or target.shape[0] != self.shape[0] \
+                or weight is not None or size_average is not None or reduce is not None:
+            return None
+        dtype = self.dtype
+        bias = None if self.bias is None else self.bias.to(dtype)
+        loss = fused_linear_cross_entropy(self.hidden.to(dtype), self.weight.to(dtype), target.long(), bias,
+                                          ignore_index=ignore_index, reduction=reduction,
+                                          label_smoothing=label_smoothing)
+        return loss.to(dtype)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _METADATA:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        first = args[0] if args else None
+        lazy = None
+        if isinstance(first, LazyLogits):
+            if func in _VIEWS:
+                lazy = first._viewed(args[1:])
+            elif func is Tensor.to:
+                lazy = first._moved(args[1:], kwargs)
+            elif func is Tensor.contiguous and len(args) == 1 and not kwargs:
+                lazy = first
+            elif func in _ADDS and len(args) == 2:
+                lazy = first._plus(args[1], kwargs)
+            elif func is F.cross_entropy:
+                lazy = first._cross_entropy(*args[1:], **kwargs)
+        elif func in _ADDS and len(args) == 2 and isinstance(args[1], LazyLogits):
+            lazy = args[1]._plus(first, kwargs)
+        if lazy is not None:
+            return lazy
+        args, kwargs = tree_map(lambda a: a.materialize() if isinstance(a, LazyLogits) else a, (args, kwargs))
+        return func(*args, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError(f"LazyLogits reached {func} without __torch_function__")
