@@ -694,7 +694,7 @@ def _lazy_logits_class(cls: type) -> type:
 
 def _computes_cross_entropy(cls: type) -> bool:
     """Whether the class's forward builds ``CrossEntropyLoss`` or calls ``cross_entropy``."""
-    tree = _syntax(cls.forward)
+    tree = _syntax(getattr(cls, "forward", None))
     return tree is not None and any(
         isinstance(node, ast.Call) and (getattr(node.func, "id", None) or getattr(node.func, "attr", None))
         in ("CrossEntropyLoss", "cross_entropy") for node in ast.walk(tree))

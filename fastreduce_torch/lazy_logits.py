@@ -96,7 +96,8 @@ class LazyLogits(Tensor):
         loss = fused_linear_cross_entropy(self.hidden.to(dtype), self.weight.to(dtype), target.long(), bias,
                                           ignore_index=ignore_index, reduction=reduction,
                                           label_smoothing=label_smoothing)
-        return loss.to(dtype)
+        # F.cross_entropy gives the input's dtype; under autocast, float32
+        return loss if torch.is_autocast_enabled(self.device.type) else loss.to(dtype)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

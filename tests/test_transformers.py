@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import fastreduce_torch as fr
+from fastreduce_torch.lazy_logits import LazyLogits
 from conftest import DEVICES
 
 transformers = pytest.importorskip("transformers")
@@ -631,3 +632,160 @@ def test_training_step_memory_on_cuda():
     fused = peak(model)
     logits = 4 * 1024 * 32000 * 2  # one bf16 logits tensor
     assert fused < plain - logits, (plain, fused)
+
+
+# ---- encoder-decoders: the cross-entropy their own forward computes, fused
+
+
+def encoder_decoder_config(cls):
+    """The class's default config shrunk, with token ids inside a vocab of 97."""
+    config = shrunk(cls.config_class())
+    for owner in (config, getattr(config, "decoder", None), getattr(config, "text_config", None)):
+        for key in ("pad_token_id", "decoder_start_token_id"):
+            if owner is not None and (getattr(owner, key, None) is None or getattr(owner, key) >= 90):
+                setattr(owner, key, 0)
+    return config
+
+
+def assert_fused_like_transformers(model, ours, device, **inputs):
+    """Loss, gradients and (computed on demand) logits as the unpatched
+    model's, the logits never made by the forward or the backward."""
+    expected = model(**inputs)
+    LazyLogits.materializations = 0
+    got = ours(**inputs)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
+    expected.loss.backward()
+    got.loss.backward()
+    assert LazyLogits.materializations == 0
+    assert isinstance(got.logits, LazyLogits)
+    assert_same_gradients(model, ours)
+    torch.testing.assert_close(got.logits * 1, expected.logits, rtol=1e-4, atol=1e-5)  # the bias added in the matmul
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_encoder_decoder_trains_as_transformers(device):
+    # Every encoder-decoder class of the installed transformers whose forward
+    # computes a cross-entropy and that runs on token ids at this size (T5,
+    # BART, Pegasus, M2M100, NLLB-MoE, Switch, ...): the patched model's loss,
+    # gradients and logits are its own, and neither pass makes the logits.
+    from fastreduce_torch import hf
+
+    fused = []
+    for cls in model_classes(("ForConditionalGeneration", "MTModel")):
+        if not hf._computes_cross_entropy(cls):
+            continue
+        try:
+            config = encoder_decoder_config(cls)
+            if not getattr(config, "is_encoder_decoder", False):
+                continue
+            torch.manual_seed(0)
+            model = cls(config).to(device).eval()
+            for p in model.parameters():
+                p.data.add_(0.02 * torch.randn_like(p))
+            ours = copy.deepcopy(model)
+            ids = torch.randint(3, 90, (2, 9), device=device)
+            labels = torch.randint(3, 90, (2, 6), device=device)
+            labels[0, :2] = -100
+            model(input_ids=ids, labels=labels)
+        except Exception:  # a config these sizes do not fit, or inputs other than token ids
+            continue
+        fr.patch(ours)
+        assert type(ours) is not type(model), cls.__name__
+        assert_fused_like_transformers(model, ours, device, input_ids=ids, labels=labels)
+        fused.append(cls.__name__)
+    expected = {"T5ForConditionalGeneration", "MT5ForConditionalGeneration", "BartForConditionalGeneration",
+                "PegasusForConditionalGeneration", "M2M100ForConditionalGeneration",
+                "NllbMoeForConditionalGeneration", "SwitchTransformersForConditionalGeneration"}
+    assert expected & {cls.__name__ for cls in model_classes(("ForConditionalGeneration",))} <= set(fused)
+
+
+def whisper():
+    config = transformers.WhisperConfig(vocab_size=97, d_model=32, encoder_layers=1, decoder_layers=1,
+                                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                        decoder_ffn_dim=64, num_mel_bins=8, max_source_positions=16,
+                                        max_target_positions=32, pad_token_id=0, decoder_start_token_id=1,
+                                        bos_token_id=1, eos_token_id=2)
+    return transformers.WhisperForConditionalGeneration(config)
+
+
+def marian():
+    config = transformers.MarianConfig(vocab_size=97, d_model=32, encoder_layers=1, decoder_layers=1,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                       decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0,
+                                       decoder_start_token_id=0)
+    return transformers.MarianMTModel(config)
+
+
+def bert2gpt2():
+    encoder = transformers.BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                      intermediate_size=64)
+    decoder = transformers.GPT2Config(vocab_size=97, n_embd=32, n_layer=1, n_head=4, n_positions=64,
+                                      add_cross_attention=True, is_decoder=True)
+    config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    config.decoder_start_token_id = config.pad_token_id = 0
+    return transformers.EncoderDecoderModel(config=config)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("make", [whisper, marian, bert2gpt2])
+def test_speech_translation_and_composed_encoder_decoders_fused(make, device):
+    # Whisper (audio features in), Marian (its final_logits_bias added in the
+    # same line as the head), a BERT encoder with a GPT-2 decoder (the loss on
+    # the decoder's logits, computed by the EncoderDecoderModel).
+    torch.manual_seed(0)
+    model = make().to(device).eval()
+    for p in model.parameters():
+        p.data.add_(0.05 * torch.randn_like(p))
+    if make is marian:
+        model.final_logits_bias.normal_()
+    ours = copy.deepcopy(model)
+    fr.patch(ours)
+    labels = torch.randint(3, 90, (2, 6), device=device)
+    labels[1, 4:] = -100
+    if make is whisper:
+        inputs = dict(input_features=torch.randn(2, 8, 32, device=device))
+    else:
+        inputs = dict(input_ids=torch.randint(3, 90, (2, 9), device=device))
+    assert_fused_like_transformers(model, ours, device, labels=labels, **inputs)
+
+
+def t5():
+    config = transformers.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                   decoder_start_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    for p in model.parameters():
+        p.data.add_(0.1 * torch.randn_like(p))
+    return model, copy.deepcopy(model)
+
+
+def test_encoder_decoder_under_autocast_in_bfloat16_and_as_tuple():
+    # Under autocast the logits are bfloat16 and the loss float32, as
+    # F.cross_entropy's autocast gives; a bfloat16 model's loss is bfloat16;
+    # return_dict=False gives the loss first; generate() is unchanged.
+    model, ours = t5()
+    fr.patch(ours)
+    ids, labels = batch("cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(input_ids=ids, labels=labels)
+        got = ours(input_ids=ids, labels=labels)
+    assert got.loss.dtype == expected.loss.dtype == torch.float32
+    assert got.logits.dtype == expected.logits.dtype == torch.bfloat16
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-5, atol=0)
+    as_tuple = ours(input_ids=ids, labels=labels, return_dict=False)
+    torch.testing.assert_close(as_tuple[0], model(input_ids=ids, labels=labels).loss, rtol=1e-5, atol=0)
+    torch.testing.assert_close(ours.generate(ids, max_new_tokens=4, do_sample=False),
+                               model.generate(ids, max_new_tokens=4, do_sample=False), rtol=0, atol=0)
+    expected = model.bfloat16()(input_ids=ids, labels=labels).loss
+    got = ours.bfloat16()(input_ids=ids, labels=labels).loss
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected.float(), rtol=1e-2, atol=0)
+
+
+def test_encoder_decoder_compiles():
+    # Compiled, the forward runs as transformers wrote it (no lazy logits).
+    model, ours = t5()
+    fr.patch(ours)
+    ids, labels = batch("cpu")
+    got = torch.compile(ours)(input_ids=ids, labels=labels)
+    torch.testing.assert_close(got.loss, model(input_ids=ids, labels=labels).loss, rtol=1e-5, atol=0)
