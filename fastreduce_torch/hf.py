@@ -35,6 +35,12 @@ language model, the last positions of its logits), where the forward hands
 them on. The others (otherwise sliced logits, caps of other forms, losses of
 their own) keep their loss. The model's own forward runs, labels and all:
 only its output embeddings and its loss_function are replaced while it does.
+
+An encoder-decoder (T5, BART, Whisper, Marian, an EncoderDecoderModel, ...)
+computes its cross-entropy in its own forward, on ``logits.view(-1, V)``:
+given labels, its output embeddings return LazyLogits (lazy_logits.py), which
+that cross-entropy fuses and anything else computes; so its loss is fused
+where its code is the common one and its own wherever it is not.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def patch(model: torch.nn.Module) -> int:
     fastreduce's kernels; on a transformers causal LM (``model``, or one
     wrapped by modules of other libraries: PEFT's), the loss computed when
     ``labels`` are given becomes :func:`fastreduce_torch.fused_linear_cross_entropy`
-    (no logits are made). Parameters, buffers and the state_dict stay the same
+    (no logits are made), and so does the cross-entropy an encoder-decoder's
+    forward computes (T5, BART, Whisper: its logits come lazily). Parameters, buffers and the state_dict stay the same
     tensors. Returns how many normalisation layers were replaced."""
     from . import hf
 
