@@ -47,7 +47,8 @@ def models(transformers):
         vocab_size=50265, d_model=1024, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=2816,
         decoder_ffn_dim=2816, max_position_embeddings=1024)), dict(input_ids=ids), ids.shape
     yield "Whisper", transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(
-        vocab_size=51865, d_model=1024, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=2816,
+        vocab_size=51865, d_model=1024, encoder_layers=2, decoder_layers=2, encoder_attention_heads=8,
+        decoder_attention_heads=8, encoder_ffn_dim=2816,
         decoder_ffn_dim=2816)), dict(input_features=torch.randn(4, 80, 3000, device="cuda")), (4, 448)
 
 

@@ -14,6 +14,7 @@ from . import _C  # noqa: F401
 from . import nn
 from .ladder import ladder, sum_variant, variants
 from .nn import patch
+from .lazy_logits import LazyLogits
 from .losses import cross_entropy, fused_linear_cross_entropy
 from .norms import add_layer_norm, add_rms_norm, causal_softmax, layer_norm, rms_norm, softmax
 from .reductions import amax, amin, mean, prod, sum
@@ -31,6 +32,6 @@ __all__ = [
     "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "argmax", "argmin", "aminmax", "any", "all",
     "foreach_norm", "clip_grad_norm_",
     "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "softmax", "causal_softmax",
-    "cross_entropy", "fused_linear_cross_entropy", "nn", "patch",
+    "cross_entropy", "fused_linear_cross_entropy", "LazyLogits", "nn", "patch",
     "sum_variant", "variants", "ladder",
 ]

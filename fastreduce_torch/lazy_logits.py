@@ -71,10 +71,18 @@ class LazyLogits(Tensor):
         if kwargs.pop("copy", False):
             return None
         device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
-        if device is not None and torch.device(device) != self.device \
+        if device is not None and not self._on(torch.device(device)) \
                 or dtype is not None and dtype != self.dtype or memory_format is not None:
             return None
         return self
+
+    def _on(self, device: torch.device) -> bool:
+        """Whether ``device`` is this one (``"cuda"``: the current CUDA device)."""
+        if device.type != self.device.type:
+            return False
+        if device.index == self.device.index:
+            return True
+        return device.index is None and device.type == "cuda" and torch.cuda.current_device() == self.device.index
 
     def _plus(self, other, kwargs) -> "LazyLogits | None":
         """self + other, where other is a bias over the vocab of this dtype."""
