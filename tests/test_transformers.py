@@ -229,6 +229,15 @@ def shrunk(config):
     return config
 
 
+def tiny(cls, config, device):
+    """A model of ``cls`` with seeded weights, nudged off their initial values, and its copy."""
+    torch.manual_seed(0)
+    model = cls(config).to(device).eval()
+    for p in model.parameters():
+        p.data.add_(0.02 * torch.randn_like(p))
+    return model, copy.deepcopy(model)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_fused_causal_lm_trains_as_transformers(device):
     # Every causal LM class (vision-language ones included, given text only)
@@ -249,11 +258,7 @@ def test_every_fused_causal_lm_trains_as_transformers(device):
             with torch.device("meta"):
                 if sum(p.numel() for p in cls(config).parameters()) > 2e7:  # a size these keys do not set
                     continue
-            torch.manual_seed(0)
-            model = cls(config).to(device).eval()
-            for p in model.parameters():
-                p.data.add_(0.02 * torch.randn_like(p))
-            ours = copy.deepcopy(model)
+            model, ours = tiny(cls, config, device)
             ids = torch.randint(0, 90, (2, 9), device=device)
             labels = ids.clone()
             labels[0, :2] = -100
@@ -498,14 +503,18 @@ def test_cohere_head_norms_keep_their_forward():
     torch.testing.assert_close(ours(x), norm(x), rtol=0, atol=0)
 
 
-def test_t5_norms_swapped():
+def t5():
     config = transformers.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                                    decoder_start_token_id=0, pad_token_id=0)
     torch.manual_seed(0)
     model = transformers.T5ForConditionalGeneration(config).eval()
     for p in model.parameters():
         p.data.add_(0.1 * torch.randn_like(p))
-    ours = copy.deepcopy(model)
+    return model, copy.deepcopy(model)
+
+
+def test_t5_norms_swapped():
+    model, ours = t5()
     assert fr.patch(ours) == norm_layers(model) > 0
     ids, labels = batch("cpu")
     expected = model(input_ids=ids, labels=labels)
@@ -678,11 +687,7 @@ def test_every_encoder_decoder_trains_as_transformers(device):
             config = encoder_decoder_config(cls)
             if not getattr(config, "is_encoder_decoder", False):
                 continue
-            torch.manual_seed(0)
-            model = cls(config).to(device).eval()
-            for p in model.parameters():
-                p.data.add_(0.02 * torch.randn_like(p))
-            ours = copy.deepcopy(model)
+            model, ours = tiny(cls, config, device)
             ids = torch.randint(3, 90, (2, 9), device=device)
             labels = torch.randint(3, 90, (2, 6), device=device)
             labels[0, :2] = -100
@@ -747,16 +752,6 @@ def test_speech_translation_and_composed_encoder_decoders_fused(make, device):
     else:
         inputs = dict(input_ids=torch.randint(3, 90, (2, 9), device=device))
     assert_fused_like_transformers(model, ours, device, labels=labels, **inputs)
-
-
-def t5():
-    config = transformers.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                                   decoder_start_token_id=0, pad_token_id=0)
-    torch.manual_seed(0)
-    model = transformers.T5ForConditionalGeneration(config).eval()
-    for p in model.parameters():
-        p.data.add_(0.1 * torch.randn_like(p))
-    return model, copy.deepcopy(model)
 
 
 def test_encoder_decoder_under_autocast_in_bfloat16_and_as_tuple():
