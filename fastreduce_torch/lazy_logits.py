@@ -96,12 +96,12 @@ class LazyLogits(Tensor):
     def _cross_entropy(self, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                        reduction="mean", label_smoothing=0.0) -> Tensor | None:
         if self.dim() != 2 or not isinstance(target, Tensor) or target.dim() != 1 \
-                or target.dtype not in (torch.int64, torch.int32) or target.shape[0] != self.shape[0] \
+                or target.dtype != torch.int64 or target.shape[0] != self.shape[0] \
                 or weight is not None or size_average is not None or reduce is not None:
             return None
         dtype = self.dtype
         bias = None if self.bias is None else self.bias.to(dtype)
-        loss = fused_linear_cross_entropy(self.hidden.to(dtype), self.weight.to(dtype), target.long(), bias,
+        loss = fused_linear_cross_entropy(self.hidden.to(dtype), self.weight.to(dtype), target, bias,
                                           ignore_index=ignore_index, reduction=reduction,
                                           label_smoothing=label_smoothing)
         # F.cross_entropy gives the input's dtype; under autocast, float32
@@ -114,22 +114,22 @@ class LazyLogits(Tensor):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         first = args[0] if args else None
-        lazy = None
+        kept = None
         if isinstance(first, LazyLogits):
             if func in _VIEWS:
-                lazy = first._viewed(args[1:])
+                kept = first._viewed(args[1:])
             elif func is Tensor.to:
-                lazy = first._moved(args[1:], kwargs)
+                kept = first._moved(args[1:], kwargs)
             elif func is Tensor.contiguous and len(args) == 1 and not kwargs:
-                lazy = first
+                kept = first
             elif func in _ADDS and len(args) == 2:
-                lazy = first._plus(args[1], kwargs)
+                kept = first._plus(args[1], kwargs)
             elif func is F.cross_entropy:
-                lazy = first._cross_entropy(*args[1:], **kwargs)
+                kept = first._cross_entropy(*args[1:], **kwargs)
         elif func in _ADDS and len(args) == 2 and isinstance(args[1], LazyLogits):
-            lazy = args[1]._plus(first, kwargs)
-        if lazy is not None:
-            return lazy
+            kept = args[1]._plus(first, kwargs)
+        if kept is not None:  # still lazy, or the fused loss
+            return kept
         args, kwargs = tree_map(lambda a: a.materialize() if isinstance(a, LazyLogits) else a, (args, kwargs))
         return func(*args, **kwargs)
 
