@@ -24,7 +24,6 @@ _METADATA = frozenset({
 })
 _VIEWS = frozenset({Tensor.view, Tensor.reshape})
 _ADDS = frozenset({Tensor.add, Tensor.__add__, Tensor.__radd__, torch.add})
-_UNSET = object()
 
 
 class LazyLogits(Tensor):
@@ -43,15 +42,14 @@ class LazyLogits(Tensor):
     def __repr__(self) -> str:
         return f"LazyLogits(shape={tuple(self.shape)}, dtype={self.dtype})"
 
+    def _operands(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        """hidden, weight and bias in the logits' dtype (F.linear's casts under autocast)."""
+        dtype = self.dtype
+        return self.hidden.to(dtype), self.weight.to(dtype), None if self.bias is None else self.bias.to(dtype)
+
     def materialize(self) -> Tensor:
         LazyLogits.materializations += 1
-        dtype = self.dtype
-        bias = None if self.bias is None else self.bias.to(dtype)
-        return F.linear(self.hidden.to(dtype), self.weight.to(dtype), bias)
-
-    def _with(self, hidden: Tensor | None = None, bias=_UNSET) -> "LazyLogits":
-        return LazyLogits(self.hidden if hidden is None else hidden, self.weight,
-                          self.bias if bias is _UNSET else bias, self.dtype)
+        return F.linear(*self._operands())
 
     def _viewed(self, shape) -> "LazyLogits | None":
         """The same logits in ``shape``, where its last dimension stays the vocab."""
@@ -63,7 +61,8 @@ class LazyLogits(Tensor):
             return None
         if len(shape) == 0 or shape[-1] != self.shape[-1]:
             return None
-        return self._with(hidden=self.hidden.reshape(shape[:-1] + self.hidden.shape[-1:]))
+        return LazyLogits(self.hidden.reshape(shape[:-1] + self.hidden.shape[-1:]), self.weight, self.bias,
+                          self.dtype)
 
     def _moved(self, args, kwargs) -> "LazyLogits | None":
         """self, where ``.to(*args, **kwargs)`` leaves its device and dtype as they are."""
@@ -91,7 +90,7 @@ class LazyLogits(Tensor):
                 or any(size != 1 for size in other.shape[:-1]) or other.dim() > self.dim():
             return None
         bias = other.reshape(-1)
-        return self._with(bias=bias if self.bias is None else self.bias + bias)
+        return LazyLogits(self.hidden, self.weight, bias if self.bias is None else self.bias + bias, self.dtype)
 
     def _cross_entropy(self, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                        reduction="mean", label_smoothing=0.0) -> Tensor | None:
@@ -99,13 +98,11 @@ class LazyLogits(Tensor):
                 or target.dtype != torch.int64 or target.shape[0] != self.shape[0] \
                 or weight is not None or size_average is not None or reduce is not None:
             return None
-        dtype = self.dtype
-        bias = None if self.bias is None else self.bias.to(dtype)
-        loss = fused_linear_cross_entropy(self.hidden.to(dtype), self.weight.to(dtype), target, bias,
-                                          ignore_index=ignore_index, reduction=reduction,
-                                          label_smoothing=label_smoothing)
+        hidden, weight, bias = self._operands()
+        loss = fused_linear_cross_entropy(hidden, weight, target, bias, ignore_index=ignore_index,
+                                          reduction=reduction, label_smoothing=label_smoothing)
         # F.cross_entropy gives the input's dtype; under autocast, float32
-        return loss if torch.is_autocast_enabled(self.device.type) else loss.to(dtype)
+        return loss if torch.is_autocast_enabled(self.device.type) else loss.to(self.dtype)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

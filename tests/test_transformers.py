@@ -656,7 +656,7 @@ def encoder_decoder_config(cls):
     return config
 
 
-def assert_fused_like_transformers(model, ours, device, **inputs):
+def assert_fused_like_transformers(model, ours, **inputs):
     """Loss, gradients and (computed on demand) logits as the unpatched
     model's, the logits never made by the forward or the backward."""
     expected = model(**inputs)
@@ -696,7 +696,7 @@ def test_every_encoder_decoder_trains_as_transformers(device):
             continue
         fr.patch(ours)
         assert type(ours) is not type(model), cls.__name__
-        assert_fused_like_transformers(model, ours, device, input_ids=ids, labels=labels)
+        assert_fused_like_transformers(model, ours, input_ids=ids, labels=labels)
         fused.append(cls.__name__)
     expected = {"T5ForConditionalGeneration", "MT5ForConditionalGeneration", "BartForConditionalGeneration",
                 "PegasusForConditionalGeneration", "M2M100ForConditionalGeneration",
@@ -751,7 +751,7 @@ def test_speech_translation_and_composed_encoder_decoders_fused(make, device):
         inputs = dict(input_features=torch.randn(2, 8, 32, device=device))
     else:
         inputs = dict(input_ids=torch.randint(3, 90, (2, 9), device=device))
-    assert_fused_like_transformers(model, ours, device, labels=labels, **inputs)
+    assert_fused_like_transformers(model, ours, labels=labels, **inputs)
 
 
 def test_encoder_decoder_under_autocast_in_bfloat16_and_as_tuple():
