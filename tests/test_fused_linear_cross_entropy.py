@@ -20,6 +20,13 @@ def reference(hidden, weight, target, bias, reduction, label_smoothing, softcap)
     return F.cross_entropy(logits.double(), target, reduction=reduction, label_smoothing=label_smoothing)
 
 
+def within_twice_torch(ours, theirs, reference):
+    """Our error from float64 within twice torch's plus a bfloat16 rounding of the largest value."""
+    error = (ours.double() - reference).abs().max().item()
+    bound = 2 * (theirs.double() - reference).abs().max().item() + 2**-8 * reference.abs().max().item()
+    assert error <= bound, (error, bound)
+
+
 def inputs(device, dtype, rows=37, width=16, classes=53, bias=False):
     hidden = torch.randn(rows, width, device=device, dtype=dtype, requires_grad=True)
     weight = (torch.randn(classes, width, device=device, dtype=dtype) / width**0.5).requires_grad_()
@@ -130,6 +137,32 @@ def test_opcheck(device, bias, reduction, label_smoothing, softcap):
     hidden, weight, target, b = inputs(device, torch.float32, rows=9, classes=11, bias=bias)
     args = (hidden, weight, target, b, reduction, -100, label_smoothing, softcap)
     torch.library.opcheck(torch.ops.fastreduce.fused_linear_cross_entropy.default, args)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("rows, classes", [(600, 5001), (300, 50257), (256, 50304)])
+@pytest.mark.parametrize("bias,reduction,label_smoothing,softcap", OPTIONS[::3], ids=str)
+def test_vocabularies_of_any_width(rows, classes, bias, reduction, label_smoothing, softcap):
+    # Chunk logits are rows of an odd vocabulary in a wider buffer (GPT-2's
+    # 50257 in rows of 50304) or, at a multiple of 64, contiguous: rows that
+    # one block takes in turn or a cluster splits. bfloat16 loss and
+    # gradients within twice the error of torch's own (F.linear, then
+    # F.cross_entropy) from float64.
+    hidden, weight, target, b = inputs("cuda", torch.bfloat16, rows=rows, width=64, classes=classes, bias=bias)
+    params = [t for t in (hidden, weight, b) if t is not None]
+    wide = [t.detach().double().requires_grad_() for t in params]
+    expected = reference(wide[0], wide[1], target, wide[2] if bias else None, reduction, label_smoothing, softcap)
+    grad_out = torch.rand_like(expected) + 0.5
+    expected_grads = torch.autograd.grad(expected, wide, grad_out)
+    theirs = reference(hidden, weight, target, b, reduction, label_smoothing, softcap)
+    loss = fr.fused_linear_cross_entropy(hidden, weight, target, b, reduction=reduction,
+                                         label_smoothing=label_smoothing, softcap=softcap)
+    within_twice_torch(loss, theirs, expected)
+    theirs_grads = torch.autograd.grad(theirs, params, grad_out)
+    for got, their, want in zip(torch.autograd.grad(loss, params, grad_out.float()), theirs_grads, expected_grads):
+        assert got.dtype == torch.bfloat16
+        within_twice_torch(got, their, want)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -210,6 +210,73 @@ def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("classes, pitch", [(53, 64), (1000, 1003)])
+@pytest.mark.parametrize("return_lse", [True, False])
+def test_cross_entropy_view_of_wider_rows(device, dtype, classes, pitch, return_lse):
+    # logits[:, :classes] of a padded vocabulary (llm.c's 50257 of 50304):
+    # rows read where they are, aligned or not; the gradient has the view's shape.
+    n = 29
+    wide = (torch.randn(n, pitch, device=device) * 3).to(dtype)
+    target = torch.randint(0, classes, (n,), device=device)
+    target[:3] = torch.tensor([0, classes - 1, -100])
+    for reduction, smoothing in itertools.product(["mean", "sum", "none"], [0.0, 0.1]):
+        x = wide.clone().requires_grad_(True)
+        out = fr.cross_entropy(x[:, :classes], target, reduction=reduction, label_smoothing=smoothing,
+                               return_lse=return_lse)
+        loss = out[0] if return_lse else out
+        x64 = wide[:, :classes].double().requires_grad_(True)
+        ref = ce_reference(x64, target, -100, reduction, smoothing)
+        close_to_reference(loss, ref.detach(), scale=1.0)
+        if return_lse:
+            close_to_reference(out[1].to(dtype), torch.logsumexp(x64.detach(), 1), scale=1.0)
+        g = torch.rand_like(ref) + 0.5
+        (grad,) = torch.autograd.grad(loss, x, g.to(dtype))
+        (ref_grad,) = torch.autograd.grad(ref, x64, g)
+        close_to_reference(grad[:, :classes], ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
+        assert not grad[:, classes:].any()
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, dtype", [((3000, 5001), torch.bfloat16), ((64, 50265), torch.float16),
+                                          ((300, 50257), torch.bfloat16), ((100, 128257), torch.bfloat16),
+                                          ((300, 80001), torch.float32)],
+                         ids=["bfloat16-3000x5001", "float16-64x50265", "bfloat16-300x50257", "bfloat16-100x128257",
+                              "float32-300x80001"])
+@pytest.mark.parametrize("offset", [0, 3])
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("return_lse", [False, True])  # False: the gradient comes from the forward
+def test_cross_entropy_odd_vocabularies(shape, dtype, offset, inplace, return_lse):
+    # Rows that are not whole 16-byte packs (GPT-2's and BART's vocabularies)
+    # start at every place of a pack, and at storage offset 3 none starts on
+    # one: each row's packs from its first 16-byte boundary, its loose classes
+    # around them. Targets on loose classes at both ends and inside the packs;
+    # rows in turn on one block, rows split over a cluster; every
+    # reduction, smoothing and ignored rows, against float64.
+    n, v = shape
+    logits = (torch.randn(shape, device="cuda") * 3).to(dtype)
+    target = torch.randint(0, v, (n,), device="cuda")
+    target[:8] = torch.tensor([0, 1, 5, 7, v - 1, v - 3, v - 8, v // 2])
+    target[9::7] = -100
+    for reduction, smoothing in itertools.product(["mean", "sum", "none"], [0.0, 0.1]):
+        x = offset_view(logits, offset).requires_grad_(True)
+        # In place, over a copy of x (aligned: a leaf's storage is not overwritten).
+        out = fr.cross_entropy(x * 1 if inplace else x, target, reduction=reduction, label_smoothing=smoothing,
+                               inplace_backward=inplace, return_lse=return_lse)
+        loss = out[0] if return_lse else out
+        x64 = logits.double().requires_grad_(True)
+        ref = ce_reference(x64, target, -100, reduction, smoothing)
+        close_to_reference(loss, ref.detach(), scale=1.0)
+        if return_lse:
+            close_to_reference(out[1].to(dtype), torch.logsumexp(logits.double(), 1), scale=1.0)
+        g = torch.rand_like(ref) + 0.5
+        (grad,) = torch.autograd.grad(loss, x, g.to(dtype))
+        (ref_grad,) = torch.autograd.grad(ref, x64, g)
+        close_to_reference(grad, ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

@@ -68,7 +68,7 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
   });
   std::printf("| forward + backward | 256 | rows | 0 | %.1f | %.0f | 0 |\n", three, 2 * bytes / three / 1e3);
 
-  const CrossEntropyShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, classes, -100, 0.0, 2,
+  const CrossEntropyShape shape{std::is_same_v<T, float> ? DType::Float : DType::BFloat16, rows, classes, classes, -100, 0.0, 2,
                                 "cross_entropy"};
   const CrossEntropyWithGradBuffers io{logits, target, nullptr, lse, row_loss, nullptr, grad};
   const float chosen = timer.median_us([&] { CHECK(cross_entropy_forward_backward(shape, io, nullptr, sms, 0)); });

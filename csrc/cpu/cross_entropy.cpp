@@ -100,7 +100,7 @@ void forward_rows(const CrossEntropyShape& args, const CrossEntropyForwardBuffer
   at::parallel_for(0, args.rows, cpu::row_grain(classes), [&](int64_t begin, int64_t end) {
     std::vector<A> buffer;
     for (int64_t r = begin; r < end; ++r) {
-      const A* row = cpu::widen(xs + r * classes, classes, buffer);
+      const A* row = cpu::widen(xs + r * args.row_stride, classes, buffer);
       const auto [top, log_sum] = log_sum_exp(row, classes);
       lses[r] = row_lse(top, log_sum);
       const int64_t t = targets[r];
@@ -140,12 +140,12 @@ void backward_rows(const CrossEntropyShape& args, const CrossEntropyBackwardBuff
       const int64_t t = targets[r];
       if (t != args.ignore_index) check_class(t, classes, args.op);
       const A g = t == args.ignore_index ? A(0) : args.reduction == 0 ? static_cast<A>(grads[r]) : scale;
-      const A* row = cpu::widen(xs + r * classes, classes, buffer);
-      A* out = std::is_same_v<T, A> ? reinterpret_cast<A*>(dxs + r * classes) : out_buffer.data();
+      const A* row = cpu::widen(xs + r * args.row_stride, classes, buffer);
+      A* out = std::is_same_v<T, A> ? reinterpret_cast<A*>(dxs + r * args.row_stride) : out_buffer.data();
       const A smooth = g * smoothing / static_cast<A>(classes);
       write_gradient_row(row, classes, g + (grad_lses ? grad_lses[r] : A(0)), gradient_shift(lses[r]), smooth, out);
       if (t != args.ignore_index) out[t] -= target_hit(g, smoothing, classes, smooth);
-      cpu::narrow(out, dxs + r * classes, classes);
+      cpu::narrow(out, dxs + r * args.row_stride, classes);
     }
   });
 }
@@ -171,7 +171,7 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
   at::parallel_for(0, args.rows, cpu::row_grain(classes), [&](int64_t begin, int64_t end) {
     std::vector<A> buffer, out_buffer(classes);
     for (int64_t r = begin; r < end; ++r) {
-      const A* row = cpu::widen(xs + r * classes, classes, buffer);
+      const A* row = cpu::widen(xs + r * args.row_stride, classes, buffer);
       const auto [top, log_sum] = log_sum_exp(row, classes);
       lses[r] = row_lse(top, log_sum);
       const int64_t t = targets[r];
@@ -189,7 +189,7 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
         write_gradient_row(row, classes, g, gradient_shift(lses[r]), smooth, out);
         out[t] -= target_hit(g, smoothing, classes, smooth);
       }
-      cpu::narrow(out, dxs + r * classes, classes);
+      cpu::narrow(out, dxs + r * args.row_stride, classes);
     }
   });
   if (io.loss) *static_cast<T*>(io.loss) = reduced_loss<T>(losses, args.rows, divisor);

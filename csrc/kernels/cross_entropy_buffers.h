@@ -1,5 +1,7 @@
-// One cross-entropy call over contiguous (rows, classes) logits with int64
-// targets, as the torch glue, the launchers and the CPU kernels see it. lse,
+// One cross-entropy call over (rows, classes) logits with int64 targets, as
+// the torch glue, the launchers and the CPU kernels see it. Rows are
+// contiguous, `row_stride` elements apart (classes, or more in a view of
+// wider rows); the gradient's too, in the same layout. lse,
 // row losses, grad_lse and grad_scale are in the accumulator type (float,
 // double for double logits). Nothing here depends on torch or CUDA.
 #pragma once
@@ -12,7 +14,7 @@ namespace fastreduce {
 
 struct CrossEntropyShape {
   DType dtype;
-  int64_t rows, classes, ignore_index;
+  int64_t rows, classes, row_stride, ignore_index;
   double label_smoothing;
   int reduction;   // 0 none, 1 mean, 2 sum (LossReduction)
   const char* op;  // the op's name, for errors

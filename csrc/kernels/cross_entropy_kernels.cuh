@@ -14,6 +14,7 @@
 #pragma once
 
 #include <limits>
+#include <type_traits>
 
 #include "cross_entropy_target.h"
 #include "row_io.cuh"
@@ -27,13 +28,36 @@ constexpr int kCrossEntropyThreads = 256;
 // The with-gradient kernel's blocks, which loop over rows.
 constexpr int kCrossEntropyResidentThreads = 1024;
 
+// Rows are read in 16-byte packs from their first 16-byte boundary on: the
+// same number of whole packs, `packs`, in every row, whatever its
+// alignment. The classes around them are loose, read one by one: the row's
+// `head` before that boundary (below kVec), and those after its packs
+// (fewer than 2 kVec in all; none when every row starts aligned and is
+// whole packs). Odd vocabularies (GPT-2's 50257, BART's 50265) are not
+// read one class at a time.
 template <typename T>
 struct CrossEntropyArgs {
   const T* logits;
   const int64_t* target;
-  int64_t rows, classes, ignore_index;
+  int64_t rows, classes, row_stride, ignore_index;  // row_stride: of the logits and the gradient
   opmath_t<T> smoothing;
+  int64_t packs;
 };
+
+// Classes before the row's first 16-byte boundary.
+template <int kVec, typename T>
+__device__ __forceinline__ int64_t row_head(const T* x) {
+  return kVec == 1 ? 0 : (kVec - reinterpret_cast<uintptr_t>(x) / sizeof(T) % kVec) % kVec;
+}
+
+// f(c, x[c] as a one-class pack) for the calling thread's loose class, if it has one.
+template <int kVec, typename T, typename F>
+__device__ __forceinline__ void for_own_loose(const CrossEntropyArgs<T>& a, const T* x, int64_t head, F&& f) {
+  const int64_t k = threadIdx.x;
+  if (k >= a.classes - a.packs * kVec) return;
+  const int64_t c = k < head ? k : k + a.packs * kVec;
+  f(c, VecN<T, 1>{{x[c]}});
+}
 
 // Online log-sum-exp: the largest logit, the sum of exp(x - max), and the
 // plain sum of the logits (label smoothing).
@@ -107,19 +131,22 @@ __device__ __forceinline__ void for_own_packs(int64_t first, int64_t end, Load&&
   }
 }
 
-// f(i, pack) over the row's groups of kVec (the row 16-byte aligned when
-// kVec > 1, classes a multiple of kVec), four loads in flight per thread.
+// f(c, pack) over the row's packs, four loads in flight per thread, and its
+// loose classes (one-class packs); c: the class of the pack's first element.
 template <int kVec, typename T, typename F>
-__device__ __forceinline__ void for_each_pack(const T* row, int64_t classes, F&& f) {
-  const auto* packs = reinterpret_cast<const VecN<T, kVec>*>(row);
-  for_own_packs<4>(threadIdx.x, classes / kVec, [&](int64_t i) { return packs[i]; }, f);
+__device__ __forceinline__ void for_each_pack(const CrossEntropyArgs<T>& a, const T* x, F&& f) {
+  const int64_t head = row_head<kVec>(x);
+  const auto* packs = reinterpret_cast<const VecN<T, kVec>*>(x + head);
+  for_own_packs<4>(threadIdx.x, a.packs, [&](int64_t i) { return packs[i]; },
+                   [&](int64_t i, const VecN<T, kVec>& pack) { f(head + i * kVec, pack); });
+  for_own_loose<kVec>(a, x, head, f);
 }
 
 // The row's merged log-sum-exp state: every thread of the block gets it.
 template <typename T, int kVec, typename A = opmath_t<T>>
-__device__ __forceinline__ LseState<A> row_state(const T* x, int64_t classes) {
+__device__ __forceinline__ LseState<A> row_state(const CrossEntropyArgs<T>& a, const T* x) {
   LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
-  for_each_pack<kVec>(x, classes, [&](int64_t, const VecN<T, kVec>& pack) { absorb(state, pack); });
+  for_each_pack<kVec>(a, x, [&](int64_t, const auto& pack) { absorb(state, pack); });
   return block_merge(state);
 }
 
@@ -148,6 +175,16 @@ __device__ __forceinline__ A row_loss_of(const CrossEntropyArgs<T>& a, A target_
 template <typename T>
 __device__ __forceinline__ opmath_t<T> logit_of(const T* x, int64_t t, int64_t first, int64_t end) {
   return t >= first && t < end ? static_cast<opmath_t<T>>(x[t]) : opmath_t<T>(0);
+}
+
+// x[t] where t is a class of the row's packs [first, first + count) or,
+// with `loose`, one of its loose classes (0 otherwise).
+template <int kVec, typename T>
+__device__ __forceinline__ opmath_t<T> logit_of_share(const CrossEntropyArgs<T>& a, const T* x, int64_t head, int64_t t,
+                                                      int64_t first, int64_t count, bool loose) {
+  const int64_t packed_end = head + a.packs * kVec;
+  if (t >= head && t < packed_end) return logit_of(x, t, head + first * kVec, head + (first + count) * kVec);
+  return loose ? logit_of(x, t, int64_t(0), a.classes) : opmath_t<T>(0);
 }
 
 // A block's part of a row split over a cluster: its log-sum-exp state and
@@ -197,17 +234,17 @@ struct RowGradient {
         smooth(g * a.smoothing / static_cast<A>(a.classes)),
         hit(target_hit(g, a.smoothing, a.classes, smooth)),
         t(target) {}
-  // The gradient of the row's pack i. The target is looked for once a pack
-  // (a 64-bit compare an element took a third of the loop's instructions);
-  // its pack subtracts `hit` through a select on every element, which keeps
-  // `value` in registers (value[place] -= hit would not).
+  // The gradient of the row's pack whose first class is c. The target is
+  // looked for once a pack (a 64-bit compare an element took a third of the
+  // loop's instructions); its pack subtracts `hit` through a select on every
+  // element, which keeps `value` in registers (value[place] -= hit would not).
   template <typename T, int kVec>
-  __device__ __forceinline__ VecN<T, kVec> pack(int64_t i, const VecN<T, kVec>& x) const {
+  __device__ __forceinline__ VecN<T, kVec> pack(int64_t c, const VecN<T, kVec>& x) const {
     A value[kVec];
     widen(x, value);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) value[j] = soft * exp_shifted(value[j], shift) - smooth;
-    const uint64_t place = static_cast<uint64_t>(t - i * kVec);  // the target's index in the pack, if below kVec
+    const uint64_t place = static_cast<uint64_t>(t - c);  // the target's index in the pack, if below kVec
     if (place < kVec) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) value[j] -= j == static_cast<int>(place) ? hit : A(0);
@@ -225,8 +262,9 @@ template <int kVec, typename T, typename A>
 __device__ __forceinline__ void write_row_gradient(const CrossEntropyArgs<T>& a, const T* x, T* dx, int64_t t, A g,
                                                    A soft, A lse) {
   const RowGradient<A> gradient(a, t, g, soft, lse);
-  auto* out = reinterpret_cast<VecN<T, kVec>*>(dx);
-  for_each_pack<kVec>(x, a.classes, [&](int64_t i, const VecN<T, kVec>& pack) { out[i] = gradient.pack(i, pack); });
+  for_each_pack<kVec>(a, x, [&](int64_t c, const auto& pack) {
+    *reinterpret_cast<std::decay_t<decltype(pack)>*>(dx + c) = gradient.pack(c, pack);
+  });
 }
 
 // Writes lse[row] and the row's loss.
@@ -235,8 +273,8 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_forward_kernel(CrossEntropyArgs<T> a, opmath_t<T>* __restrict__ lse,
                                  opmath_t<T>* __restrict__ row_loss) {
   const int64_t row = blockIdx.x;
-  const T* x = a.logits + row * a.classes;
-  const auto state = row_state<T, kVec>(x, a.classes);
+  const T* x = a.logits + row * a.row_stride;
+  const auto state = row_state<T, kVec>(a, x);
   if (threadIdx.x != 0) return;
   const int64_t t = a.target[row];
   lse[row] = row_lse(state);
@@ -288,7 +326,7 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   // This block's share of each row: packs [first, first + count).
   static_assert(!kSplit || sizeof(RowPart<A>) == 16, "a block's part travels as 16 bytes");
   const int blocks_per_row = kSplit ? cluster_blocks() : 1, rank = kSplit ? cluster_block_rank() : 0;
-  const int64_t row_packs = a.classes / kVec, share = (row_packs + blocks_per_row - 1) / blocks_per_row;
+  const int64_t row_packs = a.packs, share = (row_packs + blocks_per_row - 1) / blocks_per_row;
   const int64_t first = !kSplit ? 0 : rank * share < row_packs ? rank * share : row_packs;
   const int64_t count = !kSplit ? row_packs : row_packs - first < share ? row_packs - first : share;
   const int64_t stride = blockDim.x, tid = threadIdx.x;
@@ -302,7 +340,8 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   A block_loss = 0;  // thread 0's of the row's first block, over its rows in order
   const int64_t first_row = blockIdx.x / blocks_per_row, row_step = gridDim.x / blocks_per_row;
   const auto packs_of = [&](int64_t row) {
-    return reinterpret_cast<const Pack*>(a.logits + row * a.classes) + first;
+    const T* x = a.logits + row * a.row_stride;
+    return reinterpret_cast<const Pack*>(x + row_head<kVec>(x)) + first;
   };
   const auto cache_row = [&](int64_t row) {
     if constexpr (sizeof(Pack) == 16)
@@ -311,14 +350,16 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   if (prefetch && first_row < a.rows) cache_row(first_row);
   int turn = 0;
   for (int64_t row = first_row; row < a.rows; row += row_step) {
-    const T* x = a.logits + row * a.classes;
+    const T* x = a.logits + row * a.row_stride;
+    const int64_t head = row_head<kVec>(x);
     const auto* packs = packs_of(row);
     const auto* next_packs = prefetch && row + row_step < a.rows ? packs_of(row + row_step) : nullptr;
     if (!prefetch) cache_row(row);
     LseState<A> state{-std::numeric_limits<A>::infinity(), A(0), A(0)};
-    const auto absorb_pack = [&](int64_t, const Pack& p) { absorb(state, p); };
+    const auto absorb_pack = [&](int64_t, const auto& p) { absorb(state, p); };
     for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_keeping_in_l2(packs + i, keep); },
                            absorb_pack);
+    if (rank == 0) for_own_loose<kVec>(a, x, head, absorb_pack);  // the first block of a split row takes them
     wait_async_copies();
     for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, absorb_pack);
     RowPart<A> part{block_merge(state), A(0)};
@@ -326,7 +367,7 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     // x[t] is read by the block whose share holds it (by the threads that
     // pass the part on), before the barrier after which its threads write
     // their share (in place: over x).
-    if (tid < blocks_per_row) part.target_logit = logit_of(x, t, first * kVec, (first + count) * kVec);
+    if (tid < blocks_per_row) part.target_logit = logit_of_share<kVec>(a, x, head, t, first, count, rank == 0);
     if constexpr (kSplit) part = cluster_merge(part, turn++, blocks_per_row, rank);
     const A lse_row = row_lse(part.state);
     if (tid == 0 && rank == 0) {
@@ -338,10 +379,13 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     __syncthreads();
     const A g = t == a.ignore_index ? A(0) : row_scale;
     const RowGradient<A> gradient(a, t, g, g, lse_row);
-    auto* out = reinterpret_cast<Pack*>(grad_input + row * a.classes) + first;
+    T* dx = grad_input + row * a.row_stride;
+    auto* out = reinterpret_cast<Pack*>(dx + head) + first;
     const auto write_gradient = [&](int64_t i, const Pack& p) {
-      store_streaming(out + i, gradient.pack(first + i, p));
+      store_streaming(out + i, gradient.pack(head + (first + i) * kVec, p));
     };
+    if (rank == 0)
+      for_own_loose<kVec>(a, x, head, [&](int64_t c, const VecN<T, 1>& p) { dx[c] = gradient.pack(c, p).elem[0]; });
     // The tail first: its second read comes from L2 before the next row's reads pass through it.
     for_own_packs<kUnroll>(tail_first, count, [&](int64_t i) { return load_streaming(packs + i); }, write_gradient);
     for_own_packs<kUnroll>(tid, cached, [&](int64_t i) { return cache[i]; }, [&](int64_t i, const Pack& p) {
@@ -402,7 +446,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   const int64_t row = blockIdx.x;
   const int64_t t = a.target[row];
   const A g = t == a.ignore_index ? A(0) : grad_loss ? static_cast<A>(grad_loss[row]) : *scale;
-  write_row_gradient<kVec>(a, a.logits + row * a.classes, grad_input + row * a.classes, t, g,
+  write_row_gradient<kVec>(a, a.logits + row * a.row_stride, grad_input + row * a.row_stride, t, g,
                            g + (grad_lse ? grad_lse[row] : A(0)), lse[row]);
 }
 

@@ -31,10 +31,28 @@ int cross_entropy_threads(int64_t groups) {
   return threads;
 }
 
+// `packs`: whole packs a row (CrossEntropyArgs); 0 for kernels that read no row.
 template <typename T>
-CrossEntropyArgs<T> kernel_args(const CrossEntropyShape& shape, const void* logits, const int64_t* target) {
-  return {static_cast<const T*>(logits), target, shape.rows, shape.classes, shape.ignore_index,
-          static_cast<opmath_t<T>>(shape.label_smoothing)};
+CrossEntropyArgs<T> kernel_args(const CrossEntropyShape& shape, const void* logits, const int64_t* target,
+                                int64_t packs = 0) {
+  return {static_cast<const T*>(logits), target, shape.rows, shape.classes, shape.row_stride, shape.ignore_index,
+          static_cast<opmath_t<T>>(shape.label_smoothing), packs};
+}
+
+// Calls f(kVec, packs): 16-byte packs where the buffers' rows start equally
+// far from a 16-byte boundary (each row's loose classes around them; none
+// when every row starts on one and is whole packs), else single classes.
+template <typename T, typename F>
+cudaError_t with_row_packs(const CrossEntropyShape& shape, std::initializer_list<const void*> buffers, F&& f) {
+  constexpr int kVec = Vec16<T>::kSize;
+  const int64_t classes = shape.classes;
+  if (packable<T>(shape.row_stride, buffers) && classes % kVec == 0)
+    return f(std::integral_constant<int, kVec>{}, classes / kVec);
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(*buffers.begin()) % 16;
+  bool same_offset = true;
+  for (const void* buffer : buffers) same_offset = same_offset && reinterpret_cast<uintptr_t>(buffer) % 16 == offset;
+  if (same_offset && classes >= kVec) return f(std::integral_constant<int, kVec>{}, (classes - kVec + 1) / kVec);
+  return f(std::integral_constant<int, 1>{}, classes);
 }
 
 }  // namespace
@@ -54,10 +72,10 @@ cudaError_t cross_entropy_forward(const CrossEntropyShape& shape, const CrossEnt
     const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target);
     auto* row_loss = static_cast<A*>(workspace);
     if (shape.rows > 0) {
-      const cudaError_t err = with_vec<T>(shape.classes, {logits}, [&](auto vec) {
+      const cudaError_t err = with_row_packs<T>(shape, {logits}, [&](auto vec, int64_t packs) {
         constexpr int kVec = decltype(vec)::value;
-        cross_entropy_forward_kernel<T, kVec><<<shape.rows, cross_entropy_threads(shape.classes / kVec), 0, stream>>>(
-            a, static_cast<A*>(lse), row_loss);
+        cross_entropy_forward_kernel<T, kVec><<<shape.rows, cross_entropy_threads(packs), 0, stream>>>(
+            kernel_args<T>(shape, logits, target, packs), static_cast<A*>(lse), row_loss);
         return cudaGetLastError();
       });
       if (err != cudaSuccess) return err;
@@ -86,11 +104,11 @@ cudaError_t cross_entropy_backward(const CrossEntropyShape& shape, const CrossEn
       cross_entropy_grad_scale_kernel<T><<<1, 1024, 0, stream>>>(a, static_cast<const T*>(grad_loss), reduction, scale);
       if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
     }
-    return with_vec<T>(shape.classes, {logits, grad_input}, [&](auto vec) {
+    return with_row_packs<T>(shape, {logits, grad_input}, [&](auto vec, int64_t packs) {
       constexpr int kVec = decltype(vec)::value;
-      cross_entropy_backward_kernel<T, kVec><<<shape.rows, cross_entropy_threads(shape.classes / kVec), 0, stream>>>(
-          a, per_row ? static_cast<const T*>(grad_loss) : nullptr, scale, static_cast<const A*>(grad_lse),
-          static_cast<const A*>(lse), static_cast<T*>(grad_input));
+      cross_entropy_backward_kernel<T, kVec><<<shape.rows, cross_entropy_threads(packs), 0, stream>>>(
+          kernel_args<T>(shape, logits, target, packs), per_row ? static_cast<const T*>(grad_loss) : nullptr, scale,
+          static_cast<const A*>(grad_lse), static_cast<const A*>(lse), static_cast<T*>(grad_input));
       return cudaGetLastError();
     });
   });
@@ -127,17 +145,16 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
   return dispatch_floating(shape.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target);
     const LossFold<T> fold{static_cast<T*>(io.loss), static_cast<A*>(workspace), arrivals};
-    return with_vec<T>(shape.classes, {logits, grad_input}, [&](auto vec) {
+    return with_row_packs<T>(shape, {logits, grad_input}, [&](auto vec, int64_t packs) {
       constexpr int kVec = decltype(vec)::value;
+      const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target, packs);
       const auto kernel = cross_entropy_forward_backward_kernel<T, kVec, false>;
       // Rows that fit twice per SM run in blocks of at most 512 threads, two
       // or more per SM, each row wholly in shared memory. Longer rows run one
       // block of 1024 threads per SM with as much of the row as fits (the
       // rest stays in L2): more rows in flight would overflow L2. Rows that
       // are not 16-byte packs are not cached.
-      const int64_t packs = shape.classes / kVec;
       const int64_t row_bytes = sizeof(VecN<T, kVec>) == 16 ? packs * 16 : 0;
       const int64_t slot = row_bytes + kWithGradStaticBytes;
       const auto launch = [&](auto which, int64_t blocks, int threads, int64_t cached, bool prefetch, int cluster) {

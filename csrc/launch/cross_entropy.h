@@ -1,5 +1,6 @@
-// Launchers for the fused cross-entropy: contiguous (rows, classes) logits,
-// int64 targets, raw pointers, a stream, no torch. lse, row losses and the
+// Launchers for the fused cross-entropy: (rows, classes) logits of
+// contiguous rows (shape.row_stride apart), int64 targets, raw pointers, a
+// stream, no torch. lse, row losses and the
 // lse gradient are in the accumulator type (float, double for double).
 #pragma once
 

@@ -54,7 +54,8 @@ DType to_dtype(at::ScalarType type, const char* op);
 // + eps (lse - mean z), 0 on ignored rows, NaN for a target out of range.
 at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& row_lse,
                                     int64_t ignore_index, double label_smoothing);
-// cross_entropy_with_grad_stub on the logits' device; target contiguous;
+// cross_entropy_with_grad_stub on the logits' device (rows contiguous, the
+// gradient's laid out as theirs: the same buffer in place); target contiguous;
 // `op` names the caller in errors. The gradient is of grad_scale (undefined:
 // 1) times the summed row losses, or with `mean` of their mean over the rows
 // not ignored. Each row's loss goes to `row_loss` (accumulator type) and
@@ -65,8 +66,9 @@ void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& ta
                                   at::Tensor& grad_input, int64_t ignore_index, double label_smoothing,
                                   const char* op);
 
-// cross_entropy_backward into a given (N, C) buffer of the logits' dtype,
-// which may be the logits themselves when they are contiguous (in place).
+// cross_entropy_backward into a given (N, C) buffer of the logits' dtype
+// whose rows are contiguous: the logits themselves (in place), or rows
+// laid out as theirs, or contiguous.
 void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optional<at::Tensor>& grad_lse,
                                  const at::Tensor& input, const at::Tensor& target, const at::Tensor& lse,
                                  c10::string_view reduction, int64_t ignore_index, double label_smoothing,

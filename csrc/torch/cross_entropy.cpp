@@ -34,18 +34,29 @@ CrossEntropyShape check_problem(const at::Tensor& input, const at::Tensor& targe
   TORCH_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op,
               ": argument 'label_smoothing' must be in [0, 1]");
   TORCH_CHECK(input.size(1) > 0 || input.size(0) == 0, op, ": argument 'input' has no classes");
-  return {to_dtype(type, op), input.size(0), input.size(1), ignore_index, label_smoothing,
+  return {to_dtype(type, op), input.size(0), input.size(1), input.size(1), ignore_index, label_smoothing,
           reduction_code(reduction, op), op};
 }
+
+// Whether each row of the (N, C) logits is contiguous, rows apart (a view of wider rows too).
+bool has_unit_rows(const at::Tensor& logits) {
+  return (logits.size(1) <= 1 || logits.stride(1) == 1) && (logits.size(0) <= 1 || logits.stride(0) >= logits.size(1));
+}
+
+// Elements from one row to the next, as the kernels read them.
+int64_t row_stride(const at::Tensor& logits) { return logits.size(0) > 1 ? logits.stride(0) : logits.size(1); }
+
+// The logits as the kernels read them: themselves where their rows are contiguous, else a contiguous copy.
+at::Tensor with_unit_rows(const at::Tensor& input) { return has_unit_rows(input) ? input : input.contiguous(); }
 
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> backend::cross_entropy(const at::Tensor& input, const at::Tensor& target,
                                                           c10::string_view reduction, int64_t ignore_index,
                                                           double label_smoothing) {
-  const CrossEntropyShape shape =
-      check_problem(input, target, reduction, ignore_index, label_smoothing, "cross_entropy");
-  const at::Tensor logits = input.contiguous(), targets = target.contiguous();
+  CrossEntropyShape shape = check_problem(input, target, reduction, ignore_index, label_smoothing, "cross_entropy");
+  const at::Tensor logits = with_unit_rows(input), targets = target.contiguous();
+  shape.row_stride = row_stride(logits);
   at::Tensor loss = shape.reduction == 0 ? at::empty({shape.rows}, input.options()) : at::empty({}, input.options());
   at::Tensor lse = at::empty({shape.rows}, input.options().dtype(acc_type(input)));
   const c10::DeviceGuard guard(input.device());
@@ -60,7 +71,7 @@ void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optiona
                                  c10::string_view reduction, int64_t ignore_index, double label_smoothing,
                                  at::Tensor& grad_input) {
   const char* op = "cross_entropy_backward";
-  const CrossEntropyShape shape = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
+  CrossEntropyShape shape = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
   TORCH_CHECK(grad_loss.numel() == (shape.reduction == 0 ? shape.rows : 1), op, ": argument 'grad_loss' has ",
               to_text(grad_loss.numel()), " elements, expected one per row for reduction 'none', else one");
   TORCH_CHECK(lse.numel() == shape.rows, op, ": argument 'lse' needs one element per row");
@@ -70,10 +81,14 @@ void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optiona
   if (has_grad_lse) check_same_device(*grad_lse, input, op, "grad_lse", "input");
   const at::Tensor acc_lse = lse.to(acc_type(input)).contiguous();
   const at::Tensor acc_grad_lse = has_grad_lse ? grad_lse->to(acc_type(input)).contiguous() : at::Tensor();
-  const at::Tensor logits = input.contiguous();
-  TORCH_CHECK(grad_input.is_contiguous() && grad_input.sizes() == logits.sizes() &&
-                  grad_input.scalar_type() == logits.scalar_type(),
-              op, ": the gradient buffer must be contiguous, of the logits' shape and dtype");
+  TORCH_CHECK(has_unit_rows(grad_input) && grad_input.sizes() == input.sizes() &&
+                  grad_input.scalar_type() == input.scalar_type(),
+              op, ": the gradient buffer must have the logits' shape and dtype, its rows contiguous");
+  // The gradient's rows laid out as the logits' (the same buffer when in place).
+  at::Tensor logits = with_unit_rows(input);
+  if (row_stride(logits) != row_stride(grad_input)) logits = input.contiguous();
+  shape.row_stride = row_stride(grad_input);
+  TORCH_CHECK(row_stride(logits) == shape.row_stride, op, ": the gradient buffer's rows must be laid out as the logits'");
   const at::Tensor grad = grad_loss.to(input.scalar_type()).contiguous(), targets = target.contiguous();
   const c10::DeviceGuard guard(input.device());
   cross_entropy_backward_stub(input.device().type(), shape,
@@ -123,8 +138,10 @@ void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& ta
                                   bool mean, at::Tensor& lse, const at::Tensor& row_loss, const at::Tensor& loss,
                                   at::Tensor& grad_input, int64_t ignore_index, double label_smoothing,
                                   const char* op) {
-  const CrossEntropyShape shape{to_dtype(logits.scalar_type(), op), logits.size(0), logits.size(1), ignore_index,
-                                label_smoothing, mean ? 1 : 2, op};
+  TORCH_CHECK(has_unit_rows(logits) && row_stride(grad_input) == row_stride(logits), op,
+              ": the logits' rows must be contiguous, the gradient's laid out as theirs");
+  const CrossEntropyShape shape{to_dtype(logits.scalar_type(), op), logits.size(0), logits.size(1),
+                                row_stride(logits), ignore_index, label_smoothing, mean ? 1 : 2, op};
   const c10::DeviceGuard guard(logits.device());
   cross_entropy_with_grad_stub(logits.device().type(), shape,
                                {logits.const_data_ptr(), target.const_data_ptr<int64_t>(),
