@@ -19,6 +19,22 @@ def ce_reference(logits, target, ignore_index, reduction, smoothing):
                            label_smoothing=smoothing)
 
 
+def gradients_against_float64(out, x, logits, target, ignore_index, reduction, smoothing, return_lse):
+    """Checks the loss (and lse) of ``out`` against float64 cross-entropy of
+    ``logits``, then returns the gradient at ``x`` and the float64 one at
+    ``logits`` for the same random incoming gradient."""
+    loss = out[0] if return_lse else out
+    x64 = logits.double().requires_grad_(True)
+    ref = ce_reference(x64, target, ignore_index, reduction, smoothing)
+    close_to_reference(loss, ref.detach(), scale=1.0)
+    if return_lse:
+        close_to_reference(out[1].to(x.dtype), torch.logsumexp(x64.detach(), 1), scale=1.0)
+    g = torch.rand_like(ref) + 0.5
+    (grad,) = torch.autograd.grad(loss, x, g.to(x.dtype))
+    (ref_grad,) = torch.autograd.grad(ref, x64, g)
+    return grad, ref_grad
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("shape", [(1, 7), (13, 33), (64, 1000), (5, 50304)])
@@ -36,14 +52,8 @@ def test_cross_entropy_every_option(device, dtype, shape, return_lse):
                                label_smoothing=smoothing, return_lse=return_lse)
         loss = out[0] if return_lse else out
         assert loss.dtype == dtype and loss.shape == ((n,) if reduction == "none" else ())
-        x64 = logits.double().requires_grad_(True)
-        ref = ce_reference(x64, target, ignore_index, reduction, smoothing)
-        close_to_reference(loss, ref.detach(), scale=1.0)
-        if return_lse:
-            close_to_reference(out[1].to(dtype), torch.logsumexp(logits.double(), 1), scale=1.0)
-        g = torch.rand_like(ref) + 0.5
-        (grad,) = torch.autograd.grad(loss, x, g.to(dtype))
-        (ref_grad,) = torch.autograd.grad(ref, x64, g)
+        grad, ref_grad = gradients_against_float64(out, x, logits, target, ignore_index, reduction, smoothing,
+                                                   return_lse)
         close_to_reference(grad, ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
 
 
@@ -224,15 +234,8 @@ def test_cross_entropy_view_of_wider_rows(device, dtype, classes, pitch, return_
         x = wide.clone().requires_grad_(True)
         out = fr.cross_entropy(x[:, :classes], target, reduction=reduction, label_smoothing=smoothing,
                                return_lse=return_lse)
-        loss = out[0] if return_lse else out
-        x64 = wide[:, :classes].double().requires_grad_(True)
-        ref = ce_reference(x64, target, -100, reduction, smoothing)
-        close_to_reference(loss, ref.detach(), scale=1.0)
-        if return_lse:
-            close_to_reference(out[1].to(dtype), torch.logsumexp(x64.detach(), 1), scale=1.0)
-        g = torch.rand_like(ref) + 0.5
-        (grad,) = torch.autograd.grad(loss, x, g.to(dtype))
-        (ref_grad,) = torch.autograd.grad(ref, x64, g)
+        grad, ref_grad = gradients_against_float64(out, x, wide[:, :classes], target, -100, reduction, smoothing,
+                                                   return_lse)
         close_to_reference(grad[:, :classes], ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
         assert not grad[:, classes:].any()
 
@@ -264,15 +267,7 @@ def test_cross_entropy_odd_vocabularies(shape, dtype, offset, inplace, return_ls
         # In place, over a copy of x (aligned: a leaf's storage is not overwritten).
         out = fr.cross_entropy(x * 1 if inplace else x, target, reduction=reduction, label_smoothing=smoothing,
                                inplace_backward=inplace, return_lse=return_lse)
-        loss = out[0] if return_lse else out
-        x64 = logits.double().requires_grad_(True)
-        ref = ce_reference(x64, target, -100, reduction, smoothing)
-        close_to_reference(loss, ref.detach(), scale=1.0)
-        if return_lse:
-            close_to_reference(out[1].to(dtype), torch.logsumexp(logits.double(), 1), scale=1.0)
-        g = torch.rand_like(ref) + 0.5
-        (grad,) = torch.autograd.grad(loss, x, g.to(dtype))
-        (ref_grad,) = torch.autograd.grad(ref, x64, g)
+        grad, ref_grad = gradients_against_float64(out, x, logits, target, -100, reduction, smoothing, return_lse)
         close_to_reference(grad, ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
 
 
