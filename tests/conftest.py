@@ -90,9 +90,11 @@ def close_to_reference(ours, reference, scale=1.0, theirs=None):
     assert err <= bound, (err, bound)
 
 
-def error_vs_reference(ours, theirs, reference):
-    """Our error against float64 must stay within twice torch's own (plus a floor)."""
+def error_vs_reference(ours, theirs, reference, floor=None):
+    """Our error against float64 must stay within twice torch's own (plus a
+    floor: by default one for the dtype)."""
     ours_err = (ours.double() - reference).abs().max().item()
     theirs_err = (theirs.double() - reference).abs().max().item()
-    floor = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-12}[ours.dtype]
+    if floor is None:
+        floor = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-12}[ours.dtype]
     assert ours_err <= 2 * theirs_err + floor, (ours_err, theirs_err)

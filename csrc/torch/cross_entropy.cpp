@@ -84,9 +84,9 @@ void cross_entropy_backward_into(const at::Tensor& grad_loss, const std::optiona
   TORCH_CHECK(has_unit_rows(grad_input) && grad_input.sizes() == input.sizes() &&
                   grad_input.scalar_type() == input.scalar_type(),
               op, ": the gradient buffer must have the logits' shape and dtype, its rows contiguous");
-  // The gradient's rows laid out as the logits' (the same buffer when in place).
-  at::Tensor logits = with_unit_rows(input);
-  if (row_stride(logits) != row_stride(grad_input)) logits = input.contiguous();
+  // The logits read in place where their rows are laid out as the gradient's (the same buffer when in place).
+  const at::Tensor logits =
+      has_unit_rows(input) && row_stride(input) == row_stride(grad_input) ? input : input.contiguous();
   shape.row_stride = row_stride(grad_input);
   TORCH_CHECK(row_stride(logits) == shape.row_stride, op, ": the gradient buffer's rows must be laid out as the logits'");
   const at::Tensor grad = grad_loss.to(input.scalar_type()).contiguous(), targets = target.contiguous();

@@ -7,7 +7,7 @@
 // matmul. Device-generic: every step is a dispatcher op or a cross-entropy
 // helper that picks the device. Without a bias the bias gradient is an empty
 // tensor (schemas return no optional tensors).
-#include <utility>
+#include <tuple>
 
 #include "common.h"
 #include "dispatch.h"
@@ -119,13 +119,13 @@ struct Gradients {
     // The few classes past the last multiple of kGemmClasses first: the
     // rows' larger part then adds to them inside its GEMM (one rounding).
     const int64_t classes = grad.size(1), whole = classes / kGemmClasses * kGemmClasses;
-    bool written = false;
-    for (const auto& [first, count] : {std::pair{whole, classes - whole}, std::pair{int64_t{0}, whole}}) {
+    // (first class, classes, whether the rows add onto the part before)
+    for (const auto& [first, count, onto] :
+         {std::tuple{whole, classes - whole, false}, std::tuple{int64_t{0}, whole, whole < classes}}) {
       if (count == 0) continue;
       const at::Tensor g = grad.narrow(1, first, count), wk = w.narrow(0, first, count);
-      if (written) rows.addmm_(g, wk);
+      if (onto) rows.addmm_(g, wk);
       else at::mm_out(rows, g, wk);
-      written = true;
       at::Tensor dw = weight.narrow(0, first, count);
       if (start == 0) at::mm_out(dw, g.t(), h);  // the first chunk writes it: no zero fill, no read
       else dw.addmm_(g.t(), h);
