@@ -9,6 +9,8 @@
 // tensor (schemas return no optional tensors).
 #include <tuple>
 
+#include <c10/util/SmallVector.h>
+
 #include "common.h"
 #include "dispatch.h"
 
@@ -23,13 +25,31 @@ constexpr const char* kOp = "fused_linear_cross_entropy";
 constexpr int64_t kMinChunkBytes = int64_t{1} << 25;
 constexpr int64_t kMaxChunkBytes = int64_t{1} << 29;
 // cuBLAS runs a GEMM whose rows are an odd number of elements apart, or
-// long, on kernels several times slower (GPT-2's vocabulary of 50257, BART's
-// 50265; H200, bf16, hidden 1024, (4096, 50265): linear + cross-entropy
-// forward and backward 11.4 ms in torch, 2.6 ms at 50304). A chunk's logit
-// rows start a multiple of kRowPitch classes apart, and the gradient's GEMMs
-// take the classes in multiples of kGemmClasses, then the few left.
+// whose output rows are an odd number of elements long, on kernels several
+// times slower (GPT-2's vocabulary of 50257, BART's 50265; H200, bf16,
+// hidden 1024, (4096, 50265): linear + cross-entropy forward and backward
+// 11.4 ms in torch, 2.6 ms at 50304). A chunk's logit rows start a multiple
+// of kRowPitch classes apart, and every GEMM over the classes takes them in
+// multiples of kGemmClasses, then the few left (class_parts).
 constexpr int64_t kRowPitch = 64;
 constexpr int64_t kGemmClasses = 8;
+
+// A range of classes one GEMM covers; `onto`: its rows add onto the part
+// before (the gradient's GEMMs).
+struct ClassPart {
+  int64_t first, count;
+  bool onto;
+};
+
+// The few classes past the last multiple of kGemmClasses first: the larger
+// part then adds to them inside its GEMM (one rounding). Empty parts left out.
+c10::SmallVector<ClassPart, 2> class_parts(int64_t classes) {
+  const int64_t whole = classes / kGemmClasses * kGemmClasses;
+  c10::SmallVector<ClassPart, 2> parts;
+  if (whole < classes) parts.push_back({whole, classes - whole, false});
+  if (whole > 0) parts.push_back({0, whole, whole < classes});
+  return parts;
+}
 
 struct Problem {
   int64_t rows, chunk;
@@ -90,8 +110,12 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std
                         std::optional<double> softcap, at::Tensor* derivative) {
   const int64_t classes = weight.size(0), pitch = (classes + kRowPitch - 1) / kRowPitch * kRowPitch;
   at::Tensor logits = at::empty({h.size(0), pitch}, h.options()).narrow(1, 0, classes);
-  if (bias.has_value() && bias->defined()) at::addmm_out(logits, *bias, h, weight.t());
-  else at::mm_out(logits, h, weight.t());
+  for (const ClassPart& part : class_parts(classes)) {
+    at::Tensor out = logits.narrow(1, part.first, part.count);
+    const at::Tensor w = weight.narrow(0, part.first, part.count).t();
+    if (bias.has_value() && bias->defined()) at::addmm_out(out, bias->narrow(0, part.first, part.count), h, w);
+    else at::mm_out(out, h, w);
+  }
   if (!softcap.has_value()) return logits;
   logits.div_(*softcap);
   if (derivative)
@@ -116,13 +140,7 @@ struct Gradients {
                  int64_t start) {
     if (capped.defined()) grad.mul_(capped);
     at::Tensor rows = hidden.narrow(0, start, grad.size(0));
-    // The few classes past the last multiple of kGemmClasses first: the
-    // rows' larger part then adds to them inside its GEMM (one rounding).
-    const int64_t classes = grad.size(1), whole = classes / kGemmClasses * kGemmClasses;
-    // (first class, classes, whether the rows add onto the part before)
-    for (const auto& [first, count, onto] :
-         {std::tuple{whole, classes - whole, false}, std::tuple{int64_t{0}, whole, whole < classes}}) {
-      if (count == 0) continue;
+    for (const auto& [first, count, onto] : class_parts(grad.size(1))) {
       const at::Tensor g = grad.narrow(1, first, count), wk = w.narrow(0, first, count);
       if (onto) rows.addmm_(g, wk);
       else at::mm_out(rows, g, wk);
