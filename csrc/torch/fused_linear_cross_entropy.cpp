@@ -11,6 +11,7 @@
 
 #include <c10/util/SmallVector.h>
 
+#include "../kernels/ceil_div.h"
 #include "common.h"
 #include "dispatch.h"
 
@@ -19,9 +20,13 @@ namespace {
 
 constexpr const char* kOp = "fused_linear_cross_entropy";
 // A chunk's logits, their gradient written over them, are the op's extra
-// memory: 1/8 of the float32 logits it replaces, within [32 MiB, 512 MiB]
-// (soft-capping adds its temporaries). Each chunk after the first reads and
-// rewrites all of grad_weight (its addmm), so fewer chunks are faster.
+// memory: a quarter of the float32 logits it replaces (two chunks of bf16
+// logits), within [32 MiB, 512 MiB] (soft-capping adds its temporaries).
+// Each chunk after the first reads and rewrites all of grad_weight (its
+// addmm), and fewer rows make slower GEMMs, so fewer chunks are faster (H200,
+// bf16, 1792 tokens, hidden 1024, vocabulary 51872: a step in 1 / 2 / 4
+// chunks 872 / 966 / 1138 µs). Rows are spread evenly over the chunks: no
+// short last chunk paying a whole pass over grad_weight.
 constexpr int64_t kMinChunkBytes = int64_t{1} << 25;
 constexpr int64_t kMaxChunkBytes = int64_t{1} << 29;
 // cuBLAS runs a GEMM whose rows are an odd number of elements apart, or
@@ -89,10 +94,12 @@ Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tens
   TORCH_CHECK(!softcap.has_value() || *softcap > 0.0, kOp, ": argument 'softcap' must be positive");
   TORCH_CHECK(weight.size(0) > 0 || hidden.size(0) == 0, kOp, ": argument 'weight' has no classes");
   const int64_t classes = std::max<int64_t>(weight.size(0), 1);
-  const int64_t budget = std::clamp<int64_t>(hidden.size(0) * classes * 4 / 8, kMinChunkBytes, kMaxChunkBytes);
-  const int64_t chunk = std::clamp<int64_t>(budget / (classes * hidden.element_size()), 1,
-                                            std::max<int64_t>(hidden.size(0), 1));
-  return {hidden.size(0), chunk, reduction == "sum", reduction == "none"};
+  const int64_t rows = std::max<int64_t>(hidden.size(0), 1);
+  const int64_t float32_logits = rows * classes * int64_t{sizeof(float)};
+  const int64_t budget = std::clamp<int64_t>(float32_logits / 4, kMinChunkBytes, kMaxChunkBytes);
+  const int64_t most = std::clamp<int64_t>(budget / (classes * hidden.element_size()), 1, rows);
+  const int64_t chunks = ceil_div(rows, most);
+  return {hidden.size(0), ceil_div(rows, chunks), reduction == "sum", reduction == "none"};
 }
 
 // The chunk's logits, soft-capped as Gemma 2 does (in the logits' dtype),
