@@ -115,7 +115,7 @@ Problem check(const at::Tensor& hidden, const at::Tensor& weight, const at::Tens
 // grad_hidden 4% of its largest from float64 so).
 at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         std::optional<double> softcap, at::Tensor* derivative) {
-  const int64_t classes = weight.size(0), pitch = (classes + kRowPitch - 1) / kRowPitch * kRowPitch;
+  const int64_t classes = weight.size(0), pitch = ceil_div(classes, kRowPitch) * kRowPitch;
   at::Tensor logits = at::empty({h.size(0), pitch}, h.options()).narrow(1, 0, classes);
   for (const ClassPart& part : class_parts(classes)) {
     at::Tensor out = logits.narrow(1, part.first, part.count);
