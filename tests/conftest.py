@@ -90,11 +90,11 @@ def close_to_reference(ours, reference, scale=1.0, theirs=None):
     assert err <= bound, (err, bound)
 
 
-def error_vs_reference(ours, theirs, reference, floor=None):
+def error_vs_reference(ours, theirs, reference, floor=None, what=""):
     """Our error against float64 must stay within twice torch's own (plus a
-    floor: by default one for the dtype)."""
+    floor: by default one for the dtype); `what` names the tensor on failure."""
     ours_err = (ours.double() - reference).abs().max().item()
     theirs_err = (theirs.double() - reference).abs().max().item()
     if floor is None:
         floor = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-12}[ours.dtype]
-    assert ours_err <= 2 * theirs_err + floor, (ours_err, theirs_err)
+    assert ours_err <= 2 * theirs_err + floor, (what, ours_err, theirs_err)

@@ -297,7 +297,7 @@ def assert_same_gradients(model, ours, reference=None):
     exact = dict(reference.named_parameters()) if reference is not None else {}
     for key, a, b in pairs:
         if key in exact and torch.isfinite(exact[key].grad).all():
-            error_vs_reference(b, a, exact[key].grad, floor=1e-6 * top)
+            error_vs_reference(b, a, exact[key].grad, floor=1e-6 * top, what=key)
         else:
             torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-6 * top, msg=key)
 
@@ -688,7 +688,7 @@ def assert_fused_like_transformers(model, ours, **inputs):
     assert isinstance(got.logits, LazyLogits)
     assert_same_gradients(model, ours, reference)
     # The bias added in the matmul. Switch's logits: transformers 2.9e-5 from float64, ours 9.3e-6.
-    error_vs_reference(got.logits * 1, expected.logits, exact.logits.detach(), floor=1e-5)
+    error_vs_reference(got.logits * 1, expected.logits, exact.logits.detach(), floor=1e-5, what="logits")
 
 
 @pytest.mark.parametrize("device", DEVICES)
