@@ -117,10 +117,11 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, const std
                         std::optional<double> softcap, at::Tensor* derivative) {
   const int64_t classes = weight.size(0), pitch = ceil_div(classes, kRowPitch) * kRowPitch;
   at::Tensor logits = at::empty({h.size(0), pitch}, h.options()).narrow(1, 0, classes);
-  for (const ClassPart& part : class_parts(classes)) {
-    at::Tensor out = logits.narrow(1, part.first, part.count);
-    const at::Tensor w = weight.narrow(0, part.first, part.count).t();
-    if (bias.has_value() && bias->defined()) at::addmm_out(out, bias->narrow(0, part.first, part.count), h, w);
+  const bool biased = bias.has_value() && bias->defined();
+  for (const auto& [first, count, onto] : class_parts(classes)) {  // disjoint columns: `onto` is the gradients'
+    at::Tensor out = logits.narrow(1, first, count);
+    const at::Tensor w = weight.narrow(0, first, count).t();
+    if (biased) at::addmm_out(out, bias->narrow(0, first, count), h, w);
     else at::mm_out(out, h, w);
   }
   if (!softcap.has_value()) return logits;
