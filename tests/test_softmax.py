@@ -205,6 +205,44 @@ def test_long_rows(dtype, n):
 
 @requires_cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n", [2049, 4095, 8191, 16383, 50257])
+@pytest.mark.parametrize("gradient_offset", [0, 1])
+def test_rows_that_are_not_whole_packs(dtype, n, gradient_offset):
+    # Odd widths: each row is read as whole 16-byte packs from its first
+    # 16-byte boundary, the few elements before and after them one by one
+    # (one block, or a cluster at 16383 bf16 and 50257). The rows' maxima,
+    # +inf, -inf and NaN among those loose elements; forward and backward,
+    # the gradient at the rows' own offset or one element off (element-wise).
+    rows = 12
+    x = (torch.randn(rows, n, device="cuda") * 3).to(dtype)
+    x[0, 0] = 40.0  # head elements hold the maximum
+    x[1, -1] = 40.0  # the tail's last
+    x[2, :3] = 40.0
+    x[3, -5:] = 40.0
+    x[4, -1] = float("-inf")
+    x[5, :2] = float("-inf")
+    x[6, 0] = -200.0  # first value far below the rest (two-byte rows: the second pass)
+    x[7, -1] = float("inf")  # torch: the whole row NaN
+    x[8, 1] = float("nan")
+    x[9, -2] = float("nan")
+    x = x.requires_grad_()
+    g = torch.randn(rows * n + gradient_offset, device="cuda").to(dtype)[gradient_offset:].view(rows, n)
+    results = []
+    for f, t in ((fr.softmax, x), (lambda t: torch.softmax(t, -1), x),
+                 (lambda t: torch.softmax(t, -1), x.detach().double().requires_grad_())):
+        y = f(t)
+        results.append((y, torch.autograd.grad(y, t, g.to(y.dtype))[0]))
+    nan_rows = [7, 8, 9]
+    for ours, theirs in zip(results[0], results[1]):
+        assert ours[nan_rows].isnan().all() and theirs[nan_rows].isnan().all()
+    finite = [r for r in range(rows) if r not in nan_rows]
+    for what, ours, theirs, reference in zip(("y", "dx"), *results):
+        error_vs_reference(ours[finite], theirs[finite], reference[finite], what=what)
+
+
+@requires_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [12000, 65536, 262144])
 def test_wide_rows_of_huge_logits(dtype, n):
@@ -233,9 +271,9 @@ def test_walked_rows_of_huge_and_plain_logits(dtype, rows, n):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [12000, 40000, 262144])
+@pytest.mark.parametrize("n", [12000, 40000, 40001, 262144])
 def test_wide_rows_whose_blocks_differ(dtype, n):
-    # Rows across a cluster (40000, 262144) or one block (12000) whose parts
+    # Rows across a cluster (40000, 40001, 262144) or one block (12000) whose parts
     # differ: blocks hundreds below the row's maximum (ramps), half a row of
     # -inf (a block with no finite maximum), and rows torch makes NaN (all
     # -inf, a NaN, a +inf).
@@ -256,7 +294,7 @@ def test_wide_rows_whose_blocks_differ(dtype, n):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("rows, n", [(16, 768), (16, 1024), (16, 1600), (16, 8192), (16, 65536), (40, 262144),
-                                     (40, 20000), (40, 100000)])
+                                     (40, 20000), (40, 100000), (16, 8191), (40, 50257)])
 def test_rows_whatever_their_first_value(dtype, rows, n):
     # Two-byte rows, and the pipelined walk's rows (two-byte past 16384,
     # float 16385-131072), take their exponentials against the row's first
@@ -264,7 +302,7 @@ def test_rows_whatever_their_first_value(dtype, rows, n):
     # finite or past 2^24: then the row again against its maximum. Rows of
     # each kind, in warp rows, block rows, clusters and walked clusters
     # (20000, 65536, 100000, 262144; part of a cluster idle at 20000 and
-    # 100000).
+    # 100000), and rows that are not whole packs (8191, 50257).
     x = (torch.randn(rows, n, device="cuda") * 3).to(dtype)
     # The rows' maxima are 9-16 (the largest of 768-262144 draws).
     x[0::8, 0] = -200.0  # the exponentials overflow: the second pass

@@ -28,13 +28,9 @@ constexpr int kCrossEntropyThreads = 256;
 // The with-gradient kernel's blocks, which loop over rows.
 constexpr int kCrossEntropyResidentThreads = 1024;
 
-// Rows are read in 16-byte packs from their first 16-byte boundary on: the
-// same number of whole packs, `packs`, in every row, whatever its
-// alignment. The classes around them are loose, read one by one: the row's
-// `head` before that boundary (below kVec), and those after its packs
-// (fewer than 2 kVec in all; none when every row starts aligned and is
-// whole packs). Odd vocabularies (GPT-2's 50257, BART's 50265) are not
-// read one class at a time.
+// Rows are read as row_io.cuh's loose rows: `packs` whole 16-byte packs in
+// every row from its first 16-byte boundary on, the classes around them one
+// by one (none when every row starts aligned and is whole packs).
 template <typename T>
 struct CrossEntropyArgs {
   const T* logits;
@@ -44,19 +40,12 @@ struct CrossEntropyArgs {
   int64_t packs;
 };
 
-// Classes before the row's first 16-byte boundary.
-template <int kVec, typename T>
-__device__ __forceinline__ int64_t row_head(const T* x) {
-  return kVec == 1 ? 0 : (kVec - reinterpret_cast<uintptr_t>(x) / sizeof(T) % kVec) % kVec;
-}
-
-// f(c, x[c] as a one-class pack) for the calling thread's loose class, if it has one.
+// f(c, x[c] as a one-class pack) for the calling thread's loose class
+// (row_io.cuh), if it has one.
 template <int kVec, typename T, typename F>
-__device__ __forceinline__ void for_own_loose(const CrossEntropyArgs<T>& a, const T* x, int64_t head, F&& f) {
-  const int64_t k = threadIdx.x;
-  if (k >= a.classes - a.packs * kVec) return;
-  const int64_t c = k < head ? k : k + a.packs * kVec;
-  f(c, VecN<T, 1>{{x[c]}});
+__device__ __forceinline__ void for_own_loose(const CrossEntropyArgs<T>& a, const T* x, int head, F&& f) {
+  const LooseElement loose = loose_element<kVec>(threadIdx.x, head, a.packs, a.classes);
+  if (loose.held) f(loose.index, VecN<T, 1>{{x[loose.index]}});
 }
 
 // Online log-sum-exp: the largest logit, the sum of exp(x - max), and the
@@ -135,7 +124,7 @@ __device__ __forceinline__ void for_own_packs(int64_t first, int64_t end, Load&&
 // loose classes (one-class packs); c: the class of the pack's first element.
 template <int kVec, typename T, typename F>
 __device__ __forceinline__ void for_each_pack(const CrossEntropyArgs<T>& a, const T* x, F&& f) {
-  const int64_t head = row_head<kVec>(x);
+  const int head = row_head<kVec>(x);
   const auto* packs = reinterpret_cast<const VecN<T, kVec>*>(x + head);
   for_own_packs<4>(threadIdx.x, a.packs, [&](int64_t i) { return packs[i]; },
                    [&](int64_t i, const VecN<T, kVec>& pack) { f(head + i * kVec, pack); });
@@ -351,7 +340,7 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
   int turn = 0;
   for (int64_t row = first_row; row < a.rows; row += row_step) {
     const T* x = a.logits + row * a.row_stride;
-    const int64_t head = row_head<kVec>(x);
+    const int head = row_head<kVec>(x);
     const auto* packs = packs_of(row);
     const auto* next_packs = prefetch && row + row_step < a.rows ? packs_of(row + row_step) : nullptr;
     if (!prefetch) cache_row(row);

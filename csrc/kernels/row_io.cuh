@@ -387,6 +387,66 @@ __device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64
   }
 }
 
+// ---- Rows that are not whole 16-byte packs (odd widths), in buffers whose
+// rows start equally far from a 16-byte boundary: each row is read as the
+// same number of whole packs from its first 16-byte boundary on, and the
+// fewer than 2 kVec elements around them (its head before that boundary,
+// its tail after the packs) one each by the row's first threads. Odd
+// vocabularies and hidden sizes (50257, 4095) are so not read one element
+// at a time.
+
+// Elements of the row starting at `row` before its first 16-byte boundary.
+template <int kVec, typename T>
+__device__ __forceinline__ int row_head(const T* row) {
+  return kVec == 1 ? 0 : (kVec - static_cast<int>(reinterpret_cast<uintptr_t>(row) / sizeof(T) % kVec)) % kVec;
+}
+
+// Whole packs in every row of n >= kVec elements, whatever its head.
+template <int kVec>
+__host__ __device__ constexpr int64_t loose_row_packs(int64_t n) {
+  return (n - kVec + 1) / kVec;
+}
+
+// The loose element that the row's thread `rank` holds, if `held`: the
+// first ranks take the head's, the next ones the tail's.
+struct LooseElement {
+  int64_t index;
+  bool held;
+};
+template <int kVec>
+__device__ __forceinline__ LooseElement loose_element(int64_t rank, int head, int64_t packs, int64_t n) {
+  return {rank < head ? rank : rank + packs * kVec, rank < n - packs * kVec};
+}
+
+// Where a thread's share of a row of n elements lies: `packs` whole packs
+// from element `head` on, and its loose element. Without kLoose, the row is
+// whole packs from its start (head 0, no loose elements).
+template <int kVec, bool kLoose>
+struct PackedRow {
+  int head;
+  int packs;
+  LooseElement loose;
+  template <typename T>
+  __device__ PackedRow(const T* row, int n, int rank)
+      : head(kLoose ? row_head<kVec>(row) : 0),
+        packs(kLoose ? static_cast<int>(loose_row_packs<kVec>(n)) : n / kVec),
+        loose(kLoose ? loose_element<kVec>(rank, head, packs, n) : LooseElement{0, false}) {}
+  // The row's packs, from `row` (the row's first element) on.
+  template <typename T>
+  __device__ const VecN<T, kVec>* packs_of(const T* row) const {
+    return reinterpret_cast<const VecN<T, kVec>*>(row + head);
+  }
+  template <typename T>
+  __device__ VecN<T, kVec>* packs_of(T* row) const {
+    return reinterpret_cast<VecN<T, kVec>*>(row + head);
+  }
+  // The loose element of `row` in the accumulator type, 0 where none is held.
+  template <typename T, typename A = opmath_t<T>>
+  __device__ A loose_of(const T* row) const {
+    return kLoose && loose.held ? static_cast<A>(row[loose.index]) : A(0);
+  }
+};
+
 // load_packs for a row of which only the first `valid` elements are read
 // (causal rows): the one pack that `valid` cuts is read element-wise after.
 template <bool kWarpRows, int kPacks, typename T, int kVec>

@@ -67,11 +67,14 @@ constexpr float kShiftedSumMax = 0x1p96f;
 // kCausal: row % causal + 1 entries are valid and only they are read.
 // kWalk (block rows in clusters of kWalkClusterMin, as the norm forward's):
 // fewer row groups than rows are launched, group k taking rows k, k + G, ...
-template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal, bool kWalk = false>
+// kLoose: plain rows that are not whole packs (PackedRow), a loose element
+// in the first threads' `spare`.
+template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal, bool kWalk = false, bool kLoose = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     softmax_forward_lanes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
                                  opmath_t<T> scale) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
+  static_assert(!kLoose || !kCausal, "causal rows are read up to their diagonal");
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   // One reduction (below) in rows of two-byte packs only. In float rows it
@@ -90,11 +93,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
       asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
     }
     const int valid = kCausal ? static_cast<int>(threads.row % causal) + 1 : n;
-    A v[kPacks][kVec];
+    const T* const in = x + threads.row * n;
+    const PackedRow<kVec, kLoose> layout(in, n, threads.rank);
+    A v[kPacks][kVec], spare;
     auto load_row = [&] {
       Pack packs[kPacks];
-      if constexpr (kCausal) load_valid_packs(threads, x + threads.row * n, valid, packs);
-      else load_packs(threads, reinterpret_cast<const Pack*>(x + threads.row * n), n / kVec, packs);
+      if constexpr (kCausal) load_valid_packs(threads, in, valid, packs);
+      else load_packs(threads, layout.packs_of(in), layout.packs, packs);
+      spare = layout.loose_of(in);
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
 #pragma unroll
@@ -102,7 +108,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     };
     load_row();
     auto in_row = [&](int p, int j) {
-      return kCausal ? threads.group(p) * kVec + j < valid : threads.group(p) < n / kVec;
+      return kCausal ? threads.group(p) * kVec + j < valid : threads.group(p) < layout.packs;
     };
     auto for_each_valid = [&](auto&& f) {
 #pragma unroll
@@ -110,12 +116,14 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 #pragma unroll
         for (int j = 0; j < kVec; ++j)
           if (in_row(p, j)) f(v[p][j]);
+      if (kLoose && layout.loose.held) f(spare);
     };
     auto map_row = [&](auto&& f) {
 #pragma unroll
       for (int p = 0; p < kPacks; ++p)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) v[p][j] = f(v[p][j]);
+      if constexpr (kLoose) spare = f(spare);
     };
     const A scale2 = scale * static_cast<A>(kLog2e);
     A inv;
@@ -125,7 +133,7 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
       // row, a load every thread shares in a block row) and their sum,
       // which bounds every one of them. Past kShiftedSumMax, the row again,
       // against its largest value.
-      const A shift = scale2 * (kWarpRows ? __shfl_sync(kFullMask, v[0][0], 0) : static_cast<A>(x[threads.row * n]));
+      const A shift = scale2 * (kWarpRows ? __shfl_sync(kFullMask, v[0][0], 0) : static_cast<A>(in[0]));
       if (fma_shift_in_range(shift)) {  // the same in every thread of the row
         map_row([&](A e) { return exp2_acc(scale2 * e - shift); });
         A mine = 0;
@@ -152,16 +160,18 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
       for_each_valid([&](A e) { sum += e; });
       inv = A(1) / threads.template allreduce<SumOp<A>>(sum);
     }
-    Pack* const out = reinterpret_cast<Pack*>(y + threads.row * n);
+    T* const row_out = y + threads.row * n;
+    Pack* const out = layout.packs_of(row_out);
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int g = threads.group(p);
-      if (g >= n / kVec) continue;
+      if (g >= layout.packs) continue;
       Pack result;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) result.elem[j] = static_cast<T>(!kCausal || in_row(p, j) ? v[p][j] * inv : A(0));
       out[g] = result;
     }
+    if (kLoose && layout.loose.held) row_out[layout.loose.index] = static_cast<T>(spare * inv);
     if constexpr (!kWalk) break;
   }
 }
@@ -256,35 +266,40 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   });
 }
 
-// dx = scale * y * (dy - sum(y * dy)) over the valid entries (kCausal as
-// above), zeros after, with y and dy in registers.
-template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal>
+// dx = scale * y * (dy - sum(y * dy)) over the valid entries (kCausal,
+// kLoose as above), zeros after, with y and dy in registers.
+template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal, bool kLoose = false>
 __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
     softmax_backward_lanes_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
                                   int64_t rows, int n, int64_t causal, opmath_t<T> scale) {
+  static_assert(!kLoose || !kCausal, "causal rows are read up to their diagonal");
   using A = opmath_t<T>;
   using Pack = VecN<T, kVec>;
   const RowThreads<kWarpRows> threads(rows);
   if (threads.row < 0) return;
   const int valid = kCausal ? static_cast<int>(threads.row % causal) + 1 : n;
+  const int64_t offset = threads.row * n;
+  const PackedRow<kVec, kLoose> layout(y + offset, n, threads.rank);
   Pack ys[kPacks], gs[kPacks];
   if constexpr (kCausal) {
-    load_valid_packs(threads, y + threads.row * n, valid, ys);
-    load_valid_packs(threads, dy + threads.row * n, valid, gs);
+    load_valid_packs(threads, y + offset, valid, ys);
+    load_valid_packs(threads, dy + offset, valid, gs);
   } else {
-    load_packs(threads, reinterpret_cast<const Pack*>(y + threads.row * n), n / kVec, ys);
-    load_packs(threads, reinterpret_cast<const Pack*>(dy + threads.row * n), n / kVec, gs);
+    load_packs(threads, layout.packs_of(y + offset), layout.packs, ys);
+    load_packs(threads, layout.packs_of(dy + offset), layout.packs, gs);
   }
-  A dot = 0;  // entries past `valid` are zero packs
+  const A y_spare = layout.loose_of(y + offset), g_spare = layout.loose_of(dy + offset);
+  A dot = y_spare * g_spare;  // entries past `valid` are zero packs
 #pragma unroll
   for (int p = 0; p < kPacks; ++p)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) dot += static_cast<A>(ys[p].elem[j]) * static_cast<A>(gs[p].elem[j]);
   dot = threads.template allreduce<SumOp<A>>(dot);
-  Pack* const out = reinterpret_cast<Pack*>(dx + threads.row * n);
+  if (kLoose && layout.loose.held) dx[offset + layout.loose.index] = static_cast<T>(scale * y_spare * (g_spare - dot));
+  Pack* const out = layout.packs_of(dx + offset);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
-    if (threads.group(p) >= n / kVec) continue;
+    if (threads.group(p) >= layout.packs) continue;
     Pack result;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {

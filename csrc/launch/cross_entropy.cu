@@ -48,10 +48,8 @@ cudaError_t with_row_packs(const CrossEntropyShape& shape, std::initializer_list
   const int64_t classes = shape.classes;
   if (packable<T>(shape.row_stride, buffers) && classes % kVec == 0)
     return f(std::integral_constant<int, kVec>{}, classes / kVec);
-  const uintptr_t offset = reinterpret_cast<uintptr_t>(*buffers.begin()) % 16;
-  bool same_offset = true;
-  for (const void* buffer : buffers) same_offset = same_offset && reinterpret_cast<uintptr_t>(buffer) % 16 == offset;
-  if (same_offset && classes >= kVec) return f(std::integral_constant<int, kVec>{}, (classes - kVec + 1) / kVec);
+  if (same_pack_offset(buffers) && classes >= kVec)
+    return f(std::integral_constant<int, kVec>{}, loose_row_packs<kVec>(classes));
   return f(std::integral_constant<int, 1>{}, classes);
 }
 

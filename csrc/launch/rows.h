@@ -123,6 +123,45 @@ cudaError_t with_vec(int64_t n, std::initializer_list<const void*> buffers, F&& 
   return f(std::integral_constant<int, 1>{});
 }
 
+// Whether every buffer (null ones aside) starts equally far from a 16-byte
+// boundary: then so does each row of theirs, row for row.
+inline bool same_pack_offset(std::initializer_list<const void*> buffers) {
+  int offset = -1;
+  for (const void* buffer : buffers) {
+    if (buffer == nullptr) continue;
+    const int mine = static_cast<int>(reinterpret_cast<uintptr_t>(buffer) % 16);
+    if (offset >= 0 && mine != offset) return false;
+    offset = mine;
+  }
+  return true;
+}
+
+// A pack width (an integral constant) and whether rows of it are loose
+// (row_io.cuh's PackedRow: not whole packs, or not starting on a 16-byte
+// boundary).
+template <int kVec, bool kLoose = false>
+struct RowVec : std::integral_constant<int, kVec> {
+  static constexpr bool loose = kLoose;
+};
+
+// Whole packs a row of n elements, of RowVec `Vec`.
+template <typename Vec>
+int64_t row_packs(int64_t n) {
+  return Vec::loose ? loose_row_packs<Vec::value>(n) : n / Vec::value;
+}
+
+// Calls f(RowVec): as with_vec, except that rows which are not packable but
+// start equally far from a 16-byte boundary in every buffer are loose rows
+// of 16-byte packs where kLoose allows them (kernels that take PackedRow).
+template <typename T, bool kLoose, typename F>
+cudaError_t with_row_vec(int64_t n, std::initializer_list<const void*> buffers, F&& f) {
+  constexpr int kVec = Vec16<T>::kSize;
+  if (packable<T>(n, buffers)) return f(RowVec<kVec>{});
+  if constexpr (kLoose && kVec > 1)
+    if (n >= kVec && same_pack_offset(buffers)) return f(RowVec<kVec, true>{});
+  return f(RowVec<1>{});
+}
+
 // Calls f(kPerLane, kVec) as integral constants, kVec as with_vec. kPerLane:
 // packed, the fewest of 1, 2, 3, 4, 6, 8, ... packs per lane that cover n
 // (768 floats: 6 packs, no idle registers); unpacked, a power of two.
@@ -193,13 +232,13 @@ inline int block_lane_threads(int64_t groups, int packs = 4) {
   return threads <= kRowThreadsMax ? threads : 0;
 }
 
-// Calls f(kPacks, kVec, threads) (the first two integral constants) for rows
+// Calls f(kPacks, RowVec, threads) (the first an integral constant) for rows
 // held in registers by a block each, or returns fallback() when the row does
 // not fit. Rows beyond kWarpRowMax have over 128 packs, so 3 or 4 a thread.
-template <typename T, typename F, typename Fallback>
+template <typename T, bool kLoose, typename F, typename Fallback>
 cudaError_t with_block_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback) {
-  return with_vec<T>(n, buffers, [&](auto vec) {
-    const int64_t groups = n / decltype(vec)::value;
+  return with_row_vec<T, kLoose>(n, buffers, [&](auto vec) {
+    const int64_t groups = row_packs<decltype(vec)>(n);
     const int threads = block_lane_threads(groups);
     if (threads == 0) return fallback();
     return ceil_div(groups, threads) <= 3 ? f(std::integral_constant<int, 3>{}, vec, threads)
@@ -251,20 +290,25 @@ inline ClusterLanes cluster_lanes(int64_t groups, int max_packs, bool prefetchin
   return {0, 0};
 }
 
-// Runs rows in clusters as cluster_lanes() picks them. RowThreads combines
-// the blocks' sums in distributed shared memory. Calls f(kPacks, kVec,
-// cluster blocks) or returns fallback().
-template <typename T, int kMaxPacks, typename F, typename Fallback>
+// Runs rows of 16-byte packs (loose ones where kLoose allows) in clusters as
+// cluster_lanes() picks them. RowThreads combines the blocks' sums in
+// distributed shared memory. Calls f(kPacks, RowVec, cluster blocks) or
+// returns fallback().
+template <typename T, int kMaxPacks, bool kLoose, typename F, typename Fallback>
 cudaError_t with_cluster_lanes(int64_t n, std::initializer_list<const void*> buffers, F&& f, Fallback&& fallback,
                                bool prefetching_walk = false) {
-  constexpr int kVec = Vec16<T>::kSize;
-  if (!packable<T>(n, buffers) || !cluster_launch_supported()) return fallback();
-  constexpr auto vec = std::integral_constant<int, kVec>{};
-  const ClusterLanes lanes = cluster_lanes(n / kVec, kMaxPacks, prefetching_walk);
-  if (lanes.packs == 4) return f(std::integral_constant<int, 4>{}, vec, lanes.cluster);
-  if constexpr (kMaxPacks >= 8)
-    if (lanes.packs == 8) return f(std::integral_constant<int, 8>{}, vec, lanes.cluster);
-  return fallback();
+  if (!cluster_launch_supported()) return fallback();
+  return with_row_vec<T, kLoose>(n, buffers, [&](auto vec) {
+    if constexpr (decltype(vec)::value == 1) {
+      return fallback();
+    } else {
+      const ClusterLanes lanes = cluster_lanes(row_packs<decltype(vec)>(n), kMaxPacks, prefetching_walk);
+      if (lanes.packs == 4) return f(std::integral_constant<int, 4>{}, vec, lanes.cluster);
+      if constexpr (kMaxPacks >= 8)
+        if (lanes.packs == 8) return f(std::integral_constant<int, 8>{}, vec, lanes.cluster);
+      return fallback();
+    }
+  });
 }
 
 // Lets `kernel` run in clusters of `cluster` blocks with `shared_bytes` of
@@ -407,14 +451,15 @@ cudaError_t launch_pipelined(Kernel kernel, int64_t rows, int cluster, size_t sh
 // then prefers.
 enum class Walks { kNone, kWhereResident, kPrefetching };
 
-// Launches kernel_for(kPacks, kVec) for `blocks` rows, a block or a cluster
-// of blocks each, as with_block_lanes or with_cluster_lanes pick them.
+// Launches kernel_for(kPacks, RowVec) for `blocks` rows, a block or a
+// cluster of blocks each, as with_block_lanes or with_cluster_lanes pick
+// them (loose rows where kLoose allows).
 // With kWalks, kernel_for takes a third argument: std::true_type for the
 // walking kernel (with `walk_bytes_per_pack` of dynamic shared memory per
 // pack a thread holds), std::false_type else. Rows of one block of 16-byte
 // packs get `staged_bytes_per_pack` more per pack a thread holds.
-template <typename T, int kMaxPacks, Walks kWalks = Walks::kNone, typename KernelFor, typename Args,
-          typename Fallback>
+template <typename T, int kMaxPacks, Walks kWalks = Walks::kNone, bool kLoose = false, typename KernelFor,
+          typename Args, typename Fallback>
 cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
                                std::initializer_list<const void*> buffers, cudaStream_t stream,
                                KernelFor&& kernel_for, const Args& args, Fallback&& fallback,
@@ -424,7 +469,7 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
     else return kernel_for(packs, vec);
   };
   auto in_clusters = [&] {
-    return with_cluster_lanes<T, kMaxPacks>(
+    return with_cluster_lanes<T, kMaxPacks, kLoose>(
         n, buffers,
         [&](auto packs, auto vec, int cluster) {
           auto launch = [&](auto kernel, int64_t groups, size_t shared) {
@@ -449,11 +494,11 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
         },
         fallback, kWalks == Walks::kPrefetching);
   };
-  return with_block_lanes<T>(
+  return with_block_lanes<T, kLoose>(
       n, buffers,
       [&](auto packs, auto vec, int threads) {
         const auto kernel = one_row_kernel(packs, vec);
-        constexpr bool kWholePacks = decltype(vec)::value == Vec16<T>::kSize;
+        constexpr bool kWholePacks = decltype(vec)::value == Vec16<T>::kSize && !decltype(vec)::loose;
         const size_t shared =
             shared_bytes + (kWholePacks ? staged_bytes_per_pack * threads * decltype(packs)::value : 0);
         if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;

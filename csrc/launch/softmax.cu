@@ -12,16 +12,25 @@ using namespace rows;
 namespace {
 
 // The register kernels of causal or plain rows (plain rows skip the
-// per-element checks).
-template <typename T, int kPacks, int kVec, bool kWarpRows, bool kWalk = false>
+// per-element checks), `Vec` a RowVec: loose rows are plain ones.
+template <typename T, int kPacks, typename Vec, bool kWarpRows, bool kWalk = false>
 auto forward_lanes(int64_t causal) {
-  return causal ? softmax_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, true, kWalk>
-                : softmax_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, false, kWalk>;
+  return causal ? softmax_forward_lanes_kernel<T, kPacks, Vec::value, kWarpRows, true, kWalk>
+                : softmax_forward_lanes_kernel<T, kPacks, Vec::value, kWarpRows, false, kWalk, Vec::loose>;
 }
-template <typename T, int kPacks, int kVec, bool kWarpRows>
+template <typename T, int kPacks, typename Vec, bool kWarpRows>
 auto backward_lanes(int64_t causal) {
-  return causal ? softmax_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, true>
-                : softmax_backward_lanes_kernel<T, kPacks, kVec, kWarpRows, false>;
+  return causal ? softmax_backward_lanes_kernel<T, kPacks, Vec::value, kWarpRows, true>
+                : softmax_backward_lanes_kernel<T, kPacks, Vec::value, kWarpRows, false, Vec::loose>;
+}
+
+// Block and cluster rows: plain rows that are not whole packs read as loose
+// rows (PackedRow); causal rows as packs or element by element.
+template <typename T, Walks kWalks = Walks::kNone, typename KernelFor, typename Args, typename Fallback>
+cudaError_t launch_softmax_lanes(int64_t causal, int64_t rows, int64_t n, std::initializer_list<const void*> buffers,
+                                 cudaStream_t stream, KernelFor&& kernel_for, const Args& args, Fallback&& fallback) {
+  return causal ? launch_block_lanes<T, 8, kWalks, false>(rows, 0, n, buffers, stream, kernel_for, args, fallback)
+                : launch_block_lanes<T, 8, kWalks, true>(rows, 0, n, buffers, stream, kernel_for, args, fallback);
 }
 
 // The backward of two-byte plain rows past one block: the pipelined kernel
@@ -87,11 +96,11 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // before the pipelined kernel: (512, 262144) 226 -> 213 µs, (1024,
     // 131072) 208 -> 199); float rows lost walking (131072 wide: 355 -> 385).
     constexpr Walks kWalks = sizeof(T) == 2 ? Walks::kWhereResident : Walks::kNone;
-    return launch_block_lanes<T, 8, kWalks>(
-        rows, 0, n, {x, y}, stream,
+    return launch_softmax_lanes<T, kWalks>(
+        causal, rows, n, {x, y}, stream,
         [&](auto packs, auto vec, auto... walk) {
           constexpr bool kWalk = (false || ... || decltype(walk)::value);
-          return forward_lanes<T, decltype(packs)::value, decltype(vec)::value, false, kWalk>(causal);
+          return forward_lanes<T, decltype(packs)::value, decltype(vec), false, kWalk>(causal);
         },
         row_args, [&] {
           return launch_block_rows(softmax_forward_kernel<T>, 1, sizeof(A), rows, n, stream,
@@ -123,8 +132,8 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
     if (n <= kWarpRowMax)
       return with_lanes<T>(n, {y, dy, dx}, [&](auto per_lane, auto vec) {
         constexpr int kVec = decltype(vec)::value;
-        return launch_warp_rows(backward_lanes<T, decltype(per_lane)::value / kVec, kVec, true>(causal), rows, stream,
-                                row_args);
+        return launch_warp_rows(backward_lanes<T, decltype(per_lane)::value / kVec, RowVec<kVec>, true>(causal), rows,
+                                stream, row_args);
       });
     if constexpr (sizeof(T) == 2)
       if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : backward_pipelined_blocks<T>(n, {y, dy, dx});
@@ -132,11 +141,9 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
         return launch_pipelined(
             softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks>, rows, blocks.cluster, 0, stream, plain_args,
             blocks.threads);
-    return launch_block_lanes<T, 8>(
-        rows, 0, n, {y, dy, dx}, stream,
-        [&](auto packs, auto vec) {
-          return backward_lanes<T, decltype(packs)::value, decltype(vec)::value, false>(causal);
-        },
+    return launch_softmax_lanes<T>(
+        causal, rows, n, {y, dy, dx}, stream,
+        [&](auto packs, auto vec) { return backward_lanes<T, decltype(packs)::value, decltype(vec), false>(causal); },
         row_args, [&] {
           return launch_block_rows(softmax_backward_kernel<T>, 2, sizeof(A), rows, n, stream,
                                    std::tuple_cat(args, std::make_tuple(n, causal, static_cast<A>(scale))));
