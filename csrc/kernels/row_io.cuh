@@ -340,53 +340,6 @@ __device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads,
   }
 }
 
-// A thread's shares of one row of each of kInputs tensors: kPacks 16-byte
-// packs of each, held as words (word_element), and the first word of the
-// first tensor's row (layer_norm's shift), loaded with them so that the row's
-// sums need not wait for it.
-template <int kInputs, int kPacks>
-struct RowShares {
-  uint4 words[kInputs][kPacks];
-  uint32_t head;
-};
-
-// The walk of the pipelined kernels (cluster k takes rows k, k + G, ... of
-// `inputs`, rows of n elements of 16-byte packs): each thread holds its
-// shares of a row (RowShares), and step(row, shares, fetch_next) computes
-// and writes that row, calling fetch_next while its sums are in flight
-// between the blocks. The first call loads the following row's shares
-// beside the current ones; later calls (a second exchange) do nothing.
-template <int kPacks, typename T, int kInputs, typename Step>
-__device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64_t rows, int64_t n,
-                                               const T* const (&inputs)[kInputs], Step&& step) {
-  using Shares = RowShares<kInputs, kPacks>;
-  const int groups = static_cast<int>(n / (16 / sizeof(T)));
-  const auto load = [&](int64_t row, Shares& shares) {
-#pragma unroll
-    for (int i = 0; i < kInputs; ++i)
-      load_packs(threads, reinterpret_cast<const uint4*>(inputs[i] + row * n), groups, shares.words[i]);
-    shares.head = *reinterpret_cast<const uint32_t*>(inputs[0] + row * n);
-  };
-  const int64_t row_groups = gridDim.x / cluster_blocks();
-  Shares shares, next;
-  load(threads.row, shares);
-  for (;;) {
-    // Addresses recomputed each row: hoisted out of the loop they would hold
-    // a register pair per pack.
-    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
-    const int64_t row = threads.row, following = row + row_groups;
-    bool fetched = false;
-    step(row, static_cast<const Shares&>(shares), [&] {
-      if (fetched) return;
-      fetched = true;
-      if (following < rows) load(following, next);
-    });
-    if (following >= rows) break;
-    threads.row = following;
-    shares = next;
-  }
-}
-
 // ---- Rows that are not whole 16-byte packs (odd widths), in buffers whose
 // rows start equally far from a 16-byte boundary: each row is read as the
 // same number of whole packs from its first 16-byte boundary on, and the
@@ -446,6 +399,59 @@ struct PackedRow {
     return kLoose && loose.held ? static_cast<A>(row[loose.index]) : A(0);
   }
 };
+
+// A thread's shares of one row of each of kInputs tensors: kPacks 16-byte
+// packs of each, held as words (word_element), its loose element of each
+// (PackedRow; 0 where it holds none), and the first word of the first
+// tensor's packs (layer_norm's shift), loaded with them so that the row's
+// sums need not wait for it.
+template <int kInputs, int kPacks>
+struct RowShares {
+  uint4 words[kInputs][kPacks];
+  float spare[kInputs];
+  uint32_t head;
+};
+
+// The walk of the pipelined kernels (cluster k takes rows k, k + G, ... of
+// `inputs`, rows of n elements of 16-byte packs, loose rows with kLoose):
+// each thread holds its shares of a row (RowShares), and step(row, shares,
+// fetch_next) computes and writes that row, calling fetch_next while its
+// sums are in flight between the blocks. The first call loads the following
+// row's shares beside the current ones; later calls (a second exchange) do
+// nothing.
+template <int kPacks, bool kLoose = false, typename T, int kInputs, typename Step>
+__device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64_t rows, int64_t n,
+                                               const T* const (&inputs)[kInputs], Step&& step) {
+  using Shares = RowShares<kInputs, kPacks>;
+  const auto load = [&](int64_t row, Shares& shares) {
+    const PackedRow<16 / sizeof(T), kLoose> layout(inputs[0] + row * n, static_cast<int>(n), threads.rank);
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i) {
+      const T* const input = inputs[i] + row * n;
+      load_packs(threads, reinterpret_cast<const uint4*>(layout.packs_of(input)), layout.packs, shares.words[i]);
+      shares.spare[i] = layout.loose_of(input);
+    }
+    shares.head = *reinterpret_cast<const uint32_t*>(layout.packs_of(inputs[0] + row * n));
+  };
+  const int64_t row_groups = gridDim.x / cluster_blocks();
+  Shares shares, next;
+  load(threads.row, shares);
+  for (;;) {
+    // Addresses recomputed each row: hoisted out of the loop they would hold
+    // a register pair per pack.
+    asm volatile("" : "+r"(threads.rank), "+r"(threads.count));
+    const int64_t row = threads.row, following = row + row_groups;
+    bool fetched = false;
+    step(row, static_cast<const Shares&>(shares), [&] {
+      if (fetched) return;
+      fetched = true;
+      if (following < rows) load(following, next);
+    });
+    if (following >= rows) break;
+    threads.row = following;
+    shares = next;
+  }
+}
 
 // load_packs for a row of which only the first `valid` elements are read
 // (causal rows): the one pack that `valid` cuts is read element-wise after.

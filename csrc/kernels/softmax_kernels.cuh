@@ -186,8 +186,9 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
 // 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32 (512,
 // 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3. The rare rows the
 // first value cannot shift are read again from memory, a pack at a time:
-// held in registers, their passes tripled the code and cost 10%.
-template <typename T, int kPacks>
+// held in registers, their passes tripled the code and cost 10%. kLoose:
+// rows that are not whole packs (PackedRow).
+template <typename T, int kPacks, bool kLoose>
 __global__ void __launch_bounds__(kRowThreadsMax)
     softmax_forward_pipelined_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n,
                                      opmath_t<T> scale) {
@@ -196,12 +197,16 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   using A = float;
   using Pack = uint4;  // kVec elements as words (word_element)
   RowThreads<false> threads(rows);
-  const int groups = n / kVec;
   const A scale2 = scale * static_cast<A>(kLog2e);
-  walk_pipelined<kPacks>(threads, rows, n, {x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+  walk_pipelined<kPacks, kLoose>(threads, rows, n, {x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
     const Pack(&packs)[kPacks] = shares.words[0];
-    const Pack* const in = reinterpret_cast<const Pack*>(x + row * n);
-    Pack* const out = reinterpret_cast<Pack*>(y + row * n);
+    const PackedRow<kVec, kLoose> layout(x + row * n, n, threads.rank);
+    const int groups = layout.packs;
+    const bool loose = kLoose && layout.loose.held;
+    const A spare = shares.spare[0];
+    const Pack* const in = reinterpret_cast<const Pack*>(layout.packs_of(x + row * n));
+    Pack* const out = reinterpret_cast<Pack*>(layout.packs_of(y + row * n));
+    T* const loose_out = y + row * n + layout.loose.index;
     // The exponentials against the row's first value and their sum, the
     // next row's loads in flight during its exchange. No maximum: a sum of
     // at most kShiftedSumMax bounds every exponential (H200, bf16 (512,
@@ -213,6 +218,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
       if (threads.group(p) < groups)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) mine += exp2_acc(scale2 * word_element<T>(packs[p], j) - shift);
+    if (loose) mine += exp2_acc(scale2 * spare - shift);
     const A total = threads.template allreduce<SumOp<A>>(mine, fetch_next);
     // The same in every block of the cluster, so all make the same exchanges.
     if (fma_shift_in_range(shift) && total <= A(kShiftedSumMax)) {  // false for inf and NaN
@@ -225,6 +231,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
         for (int j = 0; j < kVec; ++j) result[j] = exp2_acc(scale2 * word_element<T>(packs[p], j) - shift) * inv;
         out[threads.group(p)] = words_of<T>(result);
       }
+      if (loose) *loose_out = static_cast<T>(exp2_acc(scale2 * spare - shift) * inv);
     } else {
       // Some value is far above the first, or either is not finite or
       // past 2^24 (rare): the row again, from memory, against its maximum
@@ -236,6 +243,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
 #pragma unroll
           for (int j = 0; j < kVec; ++j) f(word_element<T>(pack, j));
         }
+        if (loose) f(spare);
       };
       const auto write = [&](auto&& exp_of, A inv) {
 #pragma unroll 1
@@ -246,6 +254,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
           for (int j = 0; j < kVec; ++j) result[j] = exp_of(word_element<T>(pack, j)) * inv;
           out[g] = words_of<T>(result);
         }
+        if (loose) *loose_out = static_cast<T>(exp_of(spare) * inv);
       };
       A top = -std::numeric_limits<A>::infinity();
       for_each([&](A e) { top = max_acc(top, scale2 * e); });
@@ -400,7 +409,8 @@ __global__ void __launch_bounds__(kShortRowWarps* kWarpSize)
 // thread (eight spilled). H200, bf16 (bench/micro/pipelined_softmax_backward),
 // against the lanes kernel above in a cluster per row: (2048, 65536) 234.6
 // -> 187.0 µs, (512, 262144) 264.8 -> 201.2; a copy of the same traffic 188.
-template <typename T, int kPacks>
+// kLoose as the forward's.
+template <typename T, int kPacks, bool kLoose>
 __global__ void __launch_bounds__(kRowThreadsMax)
     softmax_backward_pipelined_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dx,
                                       int64_t rows, int n, opmath_t<T> scale) {
@@ -409,17 +419,20 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   using A = float;
   using Words = uint4;  // a pack held as words (word_element)
   RowThreads<false> threads(rows);
-  const int groups = n / kVec;
-  walk_pipelined<kPacks>(threads, rows, n, {y, dy}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+  walk_pipelined<kPacks, kLoose>(threads, rows, n, {y, dy}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
     const Words(&ys)[kPacks] = shares.words[0];
     const Words(&gs)[kPacks] = shares.words[1];
-    A dot = 0;  // packs past the row are zeros
+    const PackedRow<kVec, kLoose> layout(y + row * n, n, threads.rank);
+    const int groups = layout.packs;
+    const A y_spare = shares.spare[0], g_spare = shares.spare[1];  // 0 where none is held
+    A dot = y_spare * g_spare;  // packs past the row are zeros
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) dot += word_element<T>(ys[p], j) * word_element<T>(gs[p], j);
     dot = threads.template allreduce<SumOp<A>>(dot, fetch_next);
-    Words* const out = reinterpret_cast<Words*>(dx + row * n);
+    if (kLoose && layout.loose.held) dx[row * n + layout.loose.index] = static_cast<T>(scale * y_spare * (g_spare - dot));
+    Words* const out = reinterpret_cast<Words*>(layout.packs_of(dx + row * n));
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       if (threads.group(p) >= groups) continue;

@@ -399,15 +399,17 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
 // The smallest cluster of `threads`-thread blocks, `packs` packs a thread,
 // that holds rows of n elements past one block's registers; 0 where none of
-// up to kClusterBlocksMax does, the rows are not whole packs, or clusters do
-// not exist.
-template <typename T>
+// up to kClusterBlocksMax does, the rows are not whole packs (nor loose rows,
+// where kLoose allows them: with_row_vec), or clusters do not exist.
+template <typename T, bool kLoose = false>
 int smallest_pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers, int threads, int packs) {
-  constexpr int kVec = Vec16<T>::kSize;
-  const int64_t groups = n / kVec;
-  if (sizeof(T) > 4 || groups <= int64_t(kRowThreadsMax) * 4 || !packable<T>(n, buffers) ||
-      !cluster_launch_supported())
-    return 0;
+  if (sizeof(T) > 4 || !cluster_launch_supported()) return 0;
+  int64_t groups = 0;
+  with_row_vec<T, kLoose>(n, buffers, [&](auto vec) {
+    if constexpr (decltype(vec)::value > 1) groups = row_packs<decltype(vec)>(n);
+    return cudaSuccess;
+  });
+  if (groups <= int64_t(kRowThreadsMax) * 4) return 0;
   for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2)
     if (groups <= int64_t(cluster) * threads * packs) return cluster;
   return 0;
@@ -425,9 +427,9 @@ struct PipelinedBlocks {
 // layer_norm 134.3-134.5 -> 132.7-133.0. Sixteen blocks of 128 where eight
 // of 256 do lost (bf16 131072 wide: rms_norm 136.5-136.8 -> 138.8-139.6).
 constexpr int kPipelinedBlocksMin = 8;
-template <typename T>
+template <typename T, bool kLoose = false>
 PipelinedBlocks pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
-  const int cluster = smallest_pipelined_cluster<T>(n, buffers, kPipelinedThreads, kPipelinedPacks);
+  const int cluster = smallest_pipelined_cluster<T, kLoose>(n, buffers, kPipelinedThreads, kPipelinedPacks);
   if (cluster == 0 || (sizeof(T) > 2 && cluster <= 2)) return {0, 0};
   if (cluster >= kPipelinedBlocksMin) return {kPipelinedThreads, cluster};
   return {kPipelinedThreads * cluster / kPipelinedBlocksMin, kPipelinedBlocksMin};

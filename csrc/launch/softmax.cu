@@ -42,7 +42,7 @@ template <typename T>
 PipelinedBlocks backward_pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
   if constexpr (sizeof(T) == 2)
     for (int threads : {kPipelinedThreads, kRowThreadsMax})
-      if (const int cluster = smallest_pipelined_cluster<T>(n, buffers, threads, kBackwardPipelinedPacks))
+      if (const int cluster = smallest_pipelined_cluster<T, true>(n, buffers, threads, kBackwardPipelinedPacks))
         return {threads, cluster};
   return {0, 0};
 }
@@ -84,13 +84,14 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // Plain rows past one block: the pipelined kernel (rows.h). H200, µs,
     // against the four-pack kernel: bf16 (512, 262144) 175.6 -> 148.8,
     // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32
-    // (512, 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3.
+    // (512, 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3. Loose rows
+    // too: bf16 (8192, 50257) 517 -> 482 (436 at 50304), float32 854 (839).
     if constexpr (sizeof(T) <= 4)
-      if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : pipelined_blocks<T>(n, {x, y});
+      if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : pipelined_blocks<T, true>(n, {x, y});
           blocks.cluster)
-        return launch_pipelined(
-            softmax_forward_pipelined_kernel<T, kPipelinedPacks>, rows, blocks.cluster, 0, stream, plain_args,
-            blocks.threads);
+        return launch_pipelined(packable<T>(n, {x, y}) ? softmax_forward_pipelined_kernel<T, kPipelinedPacks, false>
+                                                       : softmax_forward_pipelined_kernel<T, kPipelinedPacks, true>,
+                                rows, blocks.cluster, 0, stream, plain_args, blocks.threads);
     // The other two-byte rows in clusters (causal, or past 262144) walk
     // where as many clusters stay resident (plain bf16 rows on the H100,
     // before the pipelined kernel: (512, 262144) 226 -> 213 µs, (1024,
@@ -138,9 +139,10 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
     if constexpr (sizeof(T) == 2)
       if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : backward_pipelined_blocks<T>(n, {y, dy, dx});
           blocks.cluster)
-        return launch_pipelined(
-            softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks>, rows, blocks.cluster, 0, stream, plain_args,
-            blocks.threads);
+        return launch_pipelined(packable<T>(n, {y, dy, dx})
+                                    ? softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks, false>
+                                    : softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks, true>,
+                                rows, blocks.cluster, 0, stream, plain_args, blocks.threads);
     return launch_softmax_lanes<T>(
         causal, rows, n, {y, dy, dx}, stream,
         [&](auto packs, auto vec) { return backward_lanes<T, decltype(packs)::value, decltype(vec), false>(causal); },
