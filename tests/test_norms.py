@@ -371,15 +371,15 @@ def test_more_rows_than_one_wave(dtype):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW + [torch.float64])
-@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 65536, 65537, 262144])
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4095, 4096, 6144, 8191, 8192, 12000, 65536, 65537, 262144])
 def test_long_rows(dtype, n):
     # Rows past 1024 run one block per row with the row in registers (16-byte
     # packs up to 8192 floats or 16384 halves, element-wise up to 2048), a
     # cluster of 2-16 blocks per row beyond on Hopper (12000 floats: 2;
-    # 262144 floats: 16), the shared-memory kernels otherwise (2049, 65537:
-    # no packs). 6144 floats: 48 KiB of dynamic shared memory, past the limit
-    # with the static. float64 rows past a block's registers: clusters
-    # exchanging 16-byte pairs of doubles.
+    # 262144 floats: 16), the shared-memory kernels otherwise (2049, 4095,
+    # 8191, 65537: no packs, staged element-wise). 6144 floats: 48 KiB of
+    # dynamic shared memory, past the limit with the static. float64 rows
+    # past a block's registers: clusters exchanging 16-byte pairs of doubles.
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
@@ -674,7 +674,7 @@ def test_more_wide_rows_than_resident_clusters(dtype):
 
 # 1, 33: element-wise rows; 200, 768: warp rows; 1500, 4096: block rows in
 # registers; 20000: past the registers (shared memory or streamed).
-RMS_WIDTHS = [1, 33, 200, 768, 1500, 4096, 20000]
+RMS_WIDTHS = [1, 33, 200, 768, 1500, 4095, 4096, 20000]
 
 
 def default_eps(dtype):

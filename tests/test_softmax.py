@@ -209,15 +209,16 @@ def test_long_rows(dtype, n):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("n", [2049, 4095, 8191, 16383, 50257])
-@pytest.mark.parametrize("gradient_offset", [0, 1])
-def test_rows_that_are_not_whole_packs(dtype, n, gradient_offset):
+@pytest.mark.parametrize("input_offset, gradient_offset", [(0, 0), (0, 1), (1, 0)])
+def test_rows_that_are_not_whole_packs(dtype, n, input_offset, gradient_offset):
     # Odd widths: each row is read as whole 16-byte packs from its first
     # 16-byte boundary, the few elements before and after them one by one
     # (one block, or a cluster at 16383 bf16 and 50257). The rows' maxima,
-    # +inf, -inf and NaN among those loose elements; forward and backward,
-    # the gradient at the rows' own offset or one element off (element-wise).
+    # +inf, -inf and NaN among those loose elements; forward and backward.
+    # An input or gradient one element off the output's offset: one element
+    # a thread, or the shared-memory kernels (staged from their own packs).
     rows = 12
-    x = (torch.randn(rows, n, device="cuda") * 3).to(dtype)
+    x = (torch.randn(rows * n + input_offset, device="cuda") * 3).to(dtype)[input_offset:].view(rows, n)
     x[0, 0] = 40.0  # head elements hold the maximum
     x[1, -1] = 40.0  # the tail's last
     x[2, :3] = 40.0

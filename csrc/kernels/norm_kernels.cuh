@@ -72,7 +72,7 @@ __global__ void norm_forward_block_kernel(NormForwardArgs<T, P> a, bool cached) 
   using A = opmath_t<T>;
   __shared__ Deviations<A> scratch[kWarpSize];  // room for a sum or a pair of sums
   const int64_t n = a.n, offset = blockIdx.x * n;
-  const Row<T, A> row = stage_row(a.x + offset, n, cached ? row_cache<A>(0, n) : nullptr);
+  const Row<T, A> row = stage_row(a.x + offset, n, cached ? stage_slot<A>(0, n) : nullptr);
   A mean;
   const A rstd = row_rstd<kCentered>(
       n, a.eps, row[0],
@@ -107,8 +107,8 @@ __global__ void norm_backward_block_kernel(NormBackwardArgs<T, P> a, bool cached
   using A = opmath_t<T>;
   __shared__ A scratch[kWarpSize];
   const int64_t n = a.n, offset = blockIdx.x * n;
-  const Row<T, A> xs = stage_row(a.x + offset, n, cached ? row_cache<A>(0, n) : nullptr);
-  const Row<T, A> gs = stage_row(a.dy + offset, n, cached ? row_cache<A>(1, n) : nullptr);
+  const Row<T, A> xs = stage_row(a.x + offset, n, cached ? stage_slot<A>(0, n) : nullptr);
+  const Row<T, A> gs = stage_row(a.dy + offset, n, cached ? stage_slot<A>(1, n) : nullptr);
   const A mu = row_mean<kCentered>(a.mean, blockIdx.x), r = a.rstd[blockIdx.x];
   auto g_at = [&](int64_t i) { return a.weight ? gs[i] * static_cast<A>(a.weight[i]) : gs[i]; };
   A sum_g = 0, sum_gx = 0;

@@ -137,6 +137,68 @@ __device__ __forceinline__ void store_streaming(P* p, const P& value) {
   }
 }
 
+// ---- Rows that are not whole 16-byte packs (odd widths), in buffers whose
+// rows start equally far from a 16-byte boundary: each row is read as the
+// same number of whole packs from its first 16-byte boundary on, and the
+// fewer than 2 kVec elements around them (its head before that boundary,
+// its tail after the packs) one each by the row's first threads. Odd
+// vocabularies and hidden sizes (50257, 4095) are so not read one element
+// at a time.
+
+// Elements of the row starting at `row` before its first 16-byte boundary.
+template <int kVec, typename T>
+__device__ __forceinline__ int row_head(const T* row) {
+  return kVec == 1 ? 0 : (kVec - static_cast<int>(reinterpret_cast<uintptr_t>(row) / sizeof(T) % kVec)) % kVec;
+}
+
+// Whole packs in every row of n >= kVec elements, whatever its head.
+template <int kVec>
+__host__ __device__ constexpr int64_t loose_row_packs(int64_t n) {
+  return (n - kVec + 1) / kVec;
+}
+
+// The loose element that the row's thread `rank` holds, if `held`: the
+// first ranks take the head's, the next ones the tail's.
+struct LooseElement {
+  int64_t index;
+  bool held;
+};
+template <int kVec>
+__device__ __forceinline__ LooseElement loose_element(int64_t rank, int head, int64_t packs, int64_t n) {
+  return {rank < head ? rank : rank + packs * kVec, rank < n - packs * kVec};
+}
+
+// Where a thread's share of a row of n elements lies: `packs` whole packs
+// from element `head` on, and its loose element. Without kLoose, the row is
+// whole packs from its start (head 0, no loose elements).
+template <int kVec, bool kLoose>
+struct PackedRow {
+  int head;
+  int packs;
+  LooseElement loose;
+  template <typename T>
+  __device__ PackedRow(const T* row, int n, int rank)
+      : head(kLoose ? row_head<kVec>(row) : 0),
+        packs(kLoose ? static_cast<int>(loose_row_packs<kVec>(n)) : n / kVec),
+        loose(kLoose ? loose_element<kVec>(rank, head, packs, n) : LooseElement{0, false}) {}
+  // The row's packs, from `row` (the row's first element) on.
+  template <typename T>
+  __device__ const VecN<T, kVec>* packs_of(const T* row) const {
+    return reinterpret_cast<const VecN<T, kVec>*>(row + head);
+  }
+  template <typename T>
+  __device__ VecN<T, kVec>* packs_of(T* row) const {
+    return reinterpret_cast<VecN<T, kVec>*>(row + head);
+  }
+  // The loose element of `row` in the accumulator type, 0 where none is held.
+  template <typename T, typename A = opmath_t<T>>
+  __device__ A loose_of(const T* row) const {
+    return kLoose && loose.held ? static_cast<A>(row[loose.index]) : A(0);
+  }
+};
+
+// ---- One block per row, the row staged in shared memory when it fits.
+
 // A row, read from its shared-memory copy when there is one.
 template <typename T, typename A>
 struct Row {
@@ -145,27 +207,43 @@ struct Row {
   __device__ __forceinline__ A operator[](int64_t i) const { return cache ? cache[i] : static_cast<A>(global[i]); }
 };
 
-// Copies row[0, n) into `cache` (if not null) and returns the view of it.
-// Ends with a barrier.
+// A block row's stage in shared memory: its n accumulators, shifted by up
+// to 7 so that its 16-byte packs land on whole VecN<A, kVec>, in 32-byte
+// aligned slots (launch_block_rows sizes them with this too).
+__host__ __device__ constexpr int64_t stage_slot_bytes(int64_t n, int64_t acc_size) {
+  return ((n + 8) * acc_size + 31) / 32 * 32;
+}
+template <typename A>
+__device__ __forceinline__ A* stage_slot(int slot, int64_t n) {
+  extern __shared__ __align__(32) unsigned char stage_bytes[];
+  return reinterpret_cast<A*>(stage_bytes + slot * stage_slot_bytes(n, sizeof(A)));
+}
+
+// Copies row[0, n) into the stage `slot` (if not null) and returns the view
+// of it. Ends with a barrier. The row is read in 16-byte packs from its
+// first 16-byte boundary, the elements around them one each by the first
+// threads (PackedRow's loose elements), wherever it starts: odd widths too.
 template <typename T, typename A>
-__device__ Row<T, A> stage_row(const T* row, int64_t n, A* cache) {
-  if (cache) {
-    constexpr int kVec = Vec16<T>::kSize;
-    int64_t done = 0;
-    if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-      const auto* packs = reinterpret_cast<const Vec16<T>*>(row);
-      auto* out = reinterpret_cast<VecN<A, kVec>*>(cache);
-      done = n / kVec * kVec;
-      for (int64_t i = threadIdx.x; i < n / kVec; i += blockDim.x) {
-        const Vec16<T> p = packs[i];
-        VecN<A, kVec> converted;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) converted.elem[k] = static_cast<A>(p.elem[k]);
-        out[i] = converted;
-      }
-    }
-    for (int64_t i = done + threadIdx.x; i < n; i += blockDim.x) cache[i] = static_cast<A>(row[i]);
+__device__ Row<T, A> stage_row(const T* row, int64_t n, A* slot) {
+  if (slot == nullptr) {
+    __syncthreads();
+    return {row, nullptr};
   }
+  constexpr int kVec = Vec16<T>::kSize;
+  const int head = row_head<kVec>(row) < n ? row_head<kVec>(row) : static_cast<int>(n);
+  A* const cache = slot + (kVec - head) % kVec;
+  const int64_t packs = (n - head) / kVec;
+  const auto* in = reinterpret_cast<const Vec16<T>*>(row + head);
+  auto* out = reinterpret_cast<VecN<A, kVec>*>(cache + head);
+  for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
+    const Vec16<T> p = in[i];
+    VecN<A, kVec> converted;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) converted.elem[k] = static_cast<A>(p.elem[k]);
+    out[i] = converted;
+  }
+  const LooseElement loose = loose_element<kVec>(threadIdx.x, head, packs, n);
+  if (loose.held) cache[loose.index] = static_cast<A>(row[loose.index]);
   __syncthreads();
   return {row, cache};
 }
@@ -339,66 +417,6 @@ __device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads,
     else packs[p] = in_row ? row[threads.group(p)] : Pack{};
   }
 }
-
-// ---- Rows that are not whole 16-byte packs (odd widths), in buffers whose
-// rows start equally far from a 16-byte boundary: each row is read as the
-// same number of whole packs from its first 16-byte boundary on, and the
-// fewer than 2 kVec elements around them (its head before that boundary,
-// its tail after the packs) one each by the row's first threads. Odd
-// vocabularies and hidden sizes (50257, 4095) are so not read one element
-// at a time.
-
-// Elements of the row starting at `row` before its first 16-byte boundary.
-template <int kVec, typename T>
-__device__ __forceinline__ int row_head(const T* row) {
-  return kVec == 1 ? 0 : (kVec - static_cast<int>(reinterpret_cast<uintptr_t>(row) / sizeof(T) % kVec)) % kVec;
-}
-
-// Whole packs in every row of n >= kVec elements, whatever its head.
-template <int kVec>
-__host__ __device__ constexpr int64_t loose_row_packs(int64_t n) {
-  return (n - kVec + 1) / kVec;
-}
-
-// The loose element that the row's thread `rank` holds, if `held`: the
-// first ranks take the head's, the next ones the tail's.
-struct LooseElement {
-  int64_t index;
-  bool held;
-};
-template <int kVec>
-__device__ __forceinline__ LooseElement loose_element(int64_t rank, int head, int64_t packs, int64_t n) {
-  return {rank < head ? rank : rank + packs * kVec, rank < n - packs * kVec};
-}
-
-// Where a thread's share of a row of n elements lies: `packs` whole packs
-// from element `head` on, and its loose element. Without kLoose, the row is
-// whole packs from its start (head 0, no loose elements).
-template <int kVec, bool kLoose>
-struct PackedRow {
-  int head;
-  int packs;
-  LooseElement loose;
-  template <typename T>
-  __device__ PackedRow(const T* row, int n, int rank)
-      : head(kLoose ? row_head<kVec>(row) : 0),
-        packs(kLoose ? static_cast<int>(loose_row_packs<kVec>(n)) : n / kVec),
-        loose(kLoose ? loose_element<kVec>(rank, head, packs, n) : LooseElement{0, false}) {}
-  // The row's packs, from `row` (the row's first element) on.
-  template <typename T>
-  __device__ const VecN<T, kVec>* packs_of(const T* row) const {
-    return reinterpret_cast<const VecN<T, kVec>*>(row + head);
-  }
-  template <typename T>
-  __device__ VecN<T, kVec>* packs_of(T* row) const {
-    return reinterpret_cast<VecN<T, kVec>*>(row + head);
-  }
-  // The loose element of `row` in the accumulator type, 0 where none is held.
-  template <typename T, typename A = opmath_t<T>>
-  __device__ A loose_of(const T* row) const {
-    return kLoose && loose.held ? static_cast<A>(row[loose.index]) : A(0);
-  }
-};
 
 // A thread's shares of one row of each of kInputs tensors: kPacks 16-byte
 // packs of each, held as words (word_element), its loose element of each

@@ -17,7 +17,7 @@ __global__ void softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ 
   __shared__ A scratch[kWarpSize];
   const int64_t offset = blockIdx.x * n;
   const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
-  const Row<T, A> row = stage_row(x + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
+  const Row<T, A> row = stage_row(x + offset, valid, cached ? stage_slot<A>(0, n) : nullptr);
   const A scale2 = scale * static_cast<A>(kLog2e);
   A top = MaxOp<A>::identity();
   for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) top = MaxOp<A>::combine(top, scale2 * row[i]);
@@ -48,8 +48,8 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
   __shared__ A scratch[kWarpSize];
   const int64_t offset = blockIdx.x * n;
   const int64_t valid = causal ? blockIdx.x % causal + 1 : n;
-  const Row<T, A> ys = stage_row(y + offset, valid, cached ? row_cache<A>(0, n) : nullptr);
-  const Row<T, A> gs = stage_row(dy + offset, valid, cached ? row_cache<A>(1, n) : nullptr);
+  const Row<T, A> ys = stage_row(y + offset, valid, cached ? stage_slot<A>(0, n) : nullptr);
+  const Row<T, A> gs = stage_row(dy + offset, valid, cached ? stage_slot<A>(1, n) : nullptr);
   A dot = 0;
   for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) dot += ys[i] * gs[i];
   dot = block_allreduce<SumOp<A>>(dot, scratch);

@@ -60,14 +60,19 @@ cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
   return cudaSuccess;
 }
 
+// `bytes` of dynamic shared memory for `kernel`, or 0 when they do not fit.
+template <typename Kernel>
+size_t fitting_shared_bytes(Kernel kernel, size_t bytes) {
+  DeviceLimits limits;
+  if (device_limits(limits) != cudaSuccess || bytes > size_t(limits.shared_per_block) - kStaticSharedBytes) return 0;
+  return allow_shared_bytes(kernel, bytes) == cudaSuccess ? bytes : 0;
+}
+
 // Dynamic shared memory for `slots` rows of n elements of elem_size bytes, in
 // the kernels' row_cache() layout, or 0 when they do not fit.
 template <typename Kernel>
 size_t cache_bytes(Kernel kernel, int slots, int64_t n, size_t elem_size) {
-  const size_t bytes = slots * ((n * elem_size + 15) / 16 * 16);
-  DeviceLimits limits;
-  if (device_limits(limits) != cudaSuccess || bytes > size_t(limits.shared_per_block) - kStaticSharedBytes) return 0;
-  return allow_shared_bytes(kernel, bytes) == cudaSuccess ? bytes : 0;
+  return fitting_shared_bytes(kernel, slots * ((n * elem_size + 15) / 16 * 16));
 }
 
 // Rows up to this length run one warp each: staged in shared memory forward,
@@ -510,12 +515,13 @@ cudaError_t launch_block_lanes(int64_t blocks, size_t shared_bytes, int64_t n,
       in_clusters);
 }
 
-// One block per row with `slots` rows of n accumulators cached in shared
-// memory when they fit; the kernel's last argument says whether they did.
+// One block per row with `slots` rows of n accumulators staged in shared
+// memory (stage_slot) when they fit; the kernel's last argument says whether
+// they did.
 template <typename Kernel, typename Args>
 cudaError_t launch_block_rows(Kernel kernel, int slots, size_t acc_size, int64_t rows, int64_t n,
                               cudaStream_t stream, const Args& args) {
-  const size_t bytes = cache_bytes(kernel, slots, n, acc_size);
+  const size_t bytes = fitting_shared_bytes(kernel, slots * stage_slot_bytes(n, acc_size));
   std::apply([&](auto... a) { kernel<<<rows, row_threads(n), bytes, stream>>>(a..., bytes > 0); }, args);
   return cudaGetLastError();
 }
