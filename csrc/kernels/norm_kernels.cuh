@@ -80,6 +80,8 @@ __global__ void norm_forward_block_kernel(NormForwardArgs<T, P> a, bool cached) 
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) f(row[i]);
       },
       [&](auto v) { return block_allreduce<SumOp<decltype(v)>>(v, reinterpret_cast<decltype(v)*>(scratch)); }, mean);
+  // The parameters' loads of four elements in flight (as the backward's).
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     A v = (row[i] - mean) * rstd;
     if (a.weight) v *= static_cast<A>(a.weight[i]);
@@ -112,12 +114,14 @@ __global__ void norm_backward_block_kernel(NormBackwardArgs<T, P> a, bool cached
   const A mu = row_mean<kCentered>(a.mean, blockIdx.x), r = a.rstd[blockIdx.x];
   auto g_at = [&](int64_t i) { return a.weight ? gs[i] * static_cast<A>(a.weight[i]) : gs[i]; };
   A sum_g = 0, sum_gx = 0;
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     sum_g += g_at(i);
     sum_gx += g_at(i) * (xs[i] - mu) * r;
   }
   const A mean_g = kCentered ? block_allreduce<SumOp<A>>(sum_g, scratch) / static_cast<A>(n) : A(0);
   const A mean_gx = block_allreduce<SumOp<A>>(sum_gx, scratch) / static_cast<A>(n);
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     A v = r * (g_at(i) - mean_g - (xs[i] - mu) * r * mean_gx);
     if (a.grad_residual) v += static_cast<A>(a.grad_residual[offset + i]);
@@ -142,6 +146,10 @@ __global__ void __launch_bounds__(kGradTile* kGradLanes)
   const int64_t last = first + rows_per_chunk < a.rows ? first + rows_per_chunk : a.rows;
   A w = 0, b = 0;
   if (c < n) {
+    // Four rows' loads in flight a thread, not one: with the block kernels'
+    // loops unrolled alike, H200 bf16 (8192, 4095) forward + backward a
+    // call, rms_norm 284.5 -> 256.1 µs, layer_norm 325.0 -> 312.5.
+#pragma unroll 4
     for (int64_t r = first + ty; r < last; r += kGradLanes) {
       const A g = static_cast<A>(a.dy[r * n + c]);
       w += g * (static_cast<A>(a.x[r * n + c]) - row_mean<kCentered>(a.mean, r)) * a.rstd[r];
