@@ -66,9 +66,11 @@ WIDE = [(8192, 16384), (4096, 32768), (2048, 65536), (1024, 131072), (512, 26214
 # Head-size rows, 2^25 elements each: the query and key norms of heads of 128
 # and 256, a router's softmax over 128 experts.
 HEAD = [(262144, 128), (131072, 256)]
+# Widths that are not whole 16-byte packs (odd hidden sizes, GPT-2's vocabulary).
+ODD = [(8192, 4095), (4096, 8191)]
 SHAPES = {
-    "layer_norm": ROWS + WIDE + HEAD, "rms_norm": ROWS + WIDE + HEAD, "add_layer_norm": ROWS, "add_rms_norm": ROWS,
-    "softmax": ROWS + WIDE + HEAD,
+    "layer_norm": ROWS + WIDE + HEAD + ODD, "rms_norm": ROWS + WIDE + HEAD + ODD, "add_layer_norm": ROWS,
+    "add_rms_norm": ROWS, "softmax": ROWS + WIDE + HEAD + ODD + [(8192, 50257)],
     "causal_softmax": [(64, 1024, 1024), (16, 2048, 2048)],
     # GPT-2's own vocabulary too: rows that are not whole 16-byte packs.
     "cross_entropy": [(8192, 50304), (8192, 50257), (4096, 128256), (2048, 262144)],
