@@ -230,7 +230,8 @@ __device__ Row<T, A> stage_row(const T* row, int64_t n, A* slot) {
     return {row, nullptr};
   }
   constexpr int kVec = Vec16<T>::kSize;
-  const int head = row_head<kVec>(row) < n ? row_head<kVec>(row) : static_cast<int>(n);
+  const int before_boundary = row_head<kVec>(row);
+  const int head = before_boundary < n ? before_boundary : static_cast<int>(n);
   A* const cache = slot + (kVec - head) % kVec;
   const int64_t packs = (n - head) / kVec;
   const auto* in = reinterpret_cast<const Vec16<T>*>(row + head);

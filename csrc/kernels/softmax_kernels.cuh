@@ -431,7 +431,8 @@ __global__ void __launch_bounds__(kRowThreadsMax)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) dot += word_element<T>(ys[p], j) * word_element<T>(gs[p], j);
     dot = threads.template allreduce<SumOp<A>>(dot, fetch_next);
-    if (kLoose && layout.loose.held) dx[row * n + layout.loose.index] = static_cast<T>(scale * y_spare * (g_spare - dot));
+    if (kLoose && layout.loose.held)
+      dx[row * n + layout.loose.index] = static_cast<T>(scale * y_spare * (g_spare - dot));
     Words* const out = reinterpret_cast<Words*>(layout.packs_of(dx + row * n));
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
