@@ -872,6 +872,71 @@ def test_short_rows_backward(device, dtype, n, rows):
             close_to_reference(ours_g, exact_g)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n, layout", [(1025, "odd"), (4095, "odd"), (8191, "odd"), (16383, "odd"),
+                                       (4096, "offset"), (4096, "weight_offset"), (8200, "weight_offset")])
+def test_rows_not_whole_packs_every_option(device, dtype, n, layout):
+    # Rows past a warp that are not whole 16-byte packs: odd widths (each row
+    # starting at another place in its pack), an input at storage offset 1
+    # (every row alike), or parameters at offset 1 beside aligned rows. CUDA
+    # reads them in packs from each row's first boundary (16383 float rows:
+    # too wide for that, the shared-memory kernels). Every parameter
+    # combination, float32 parameters beside half rows, and the fused adds
+    # with their residual gradient, forward and backward against float64.
+    rows = 19
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    r = torch.randn(rows, n, device=device).to(dtype)
+    g, g_res = torch.randn(rows, n, device=device).to(dtype), torch.randn(rows, n, device=device).to(dtype)
+    w, b = torch.randn(n, device=device).to(dtype), torch.randn(n, device=device).to(dtype)
+    if layout == "offset":
+        x, r, g, g_res = (offset_view(t, 1) for t in (x, r, g, g_res))
+    if layout == "weight_offset":
+        w, b = offset_view(w, 1), offset_view(b, 1)
+    mixed = [(w.float(), b.float())] if dtype != torch.float32 else []
+    for weight, bias in [(w, b), (w, None), (None, b), (None, None)] + mixed:
+        inputs = [t for t in (x, weight, bias) if t is not None]
+        mine, wide = leaves(*inputs), leaves(*(t.cpu().double() for t in inputs))
+
+        def params(ts):
+            ts = list(ts[1:])
+            return (ts.pop(0) if weight is not None else None), (ts.pop(0) if bias is not None else None)
+
+        out = fr.layer_norm(mine[0], n, *params(mine))
+        out64 = F.layer_norm(wide[0], [n], *params(wide))
+        close_to_reference(out, out64.to(device))
+        grads = torch.autograd.grad(out, mine, g)
+        exact = torch.autograd.grad(out64, wide, g.cpu().double())
+        for ours_g, exact_g in zip(grads, exact):
+            close_to_reference(ours_g, exact_g.to(device))
+        if bias is None:
+            out = fr.rms_norm(mine[0], n, params(mine)[0])
+            out64 = F.rms_norm(wide[0], [n], params(wide)[0], torch.finfo(torch.float32).eps)
+            close_to_reference(out, out64.to(device))
+            grads = torch.autograd.grad(out, mine, g)
+            exact = torch.autograd.grad(out64, wide, g.cpu().double())
+            for ours_g, exact_g in zip(grads, exact):
+                close_to_reference(ours_g, exact_g.to(device))
+    for weight, bias in [(w, b), (None, None)]:
+        inputs = [t for t in (x, r, weight, bias) if t is not None]
+        mine, wide = leaves(*inputs), leaves(*(t.double() for t in inputs))
+        for kind in ("layer", "rms"):
+            h64 = wide[0] + wide[1]
+            h64 = h64 + (h64.to(dtype).double() - h64).detach()  # the rounded sum the op normalises
+            if kind == "layer":
+                out, h = fr.add_layer_norm(mine[0], mine[1], n, *mine[2:])
+                out64 = F.layer_norm(h64, [n], *wide[2:])
+            else:
+                out, h = fr.add_rms_norm(mine[0], mine[1], n, *mine[2:3])
+                out64 = F.rms_norm(h64, [n], *wide[2:3], eps=torch.finfo(torch.float32).eps)
+            close_to_reference(out, out64)
+            grads = torch.autograd.grad((out, h), mine[:3] if kind == "rms" else mine, (g, g_res))
+            exact = torch.autograd.grad((out64, h64), wide[:3] if kind == "rms" else wide,
+                                        (g.double(), g_res.double()))
+            for ours_g, exact_g in zip(grads, exact):
+                close_to_reference(ours_g, exact_g)
+
+
 def half_ulp(exact, dtype):
     """Half a unit in the last place of `dtype` at each exact value (normal range)."""
     mantissa = {torch.float16: 10, torch.bfloat16: 7}[dtype]

@@ -6,6 +6,7 @@
 
 #include "../kernels/column_fold.cuh"
 #include "../kernels/norm_kernels.cuh"
+#include "../kernels/norm_loose_kernels.cuh"
 #include "../kernels/normalize_kernels.cuh"
 #include "launch.h"
 #include "rows.h"
@@ -49,12 +50,23 @@ struct ParamGradPlan {
 template <typename T>
 constexpr int kBackwardMaxPacks = sizeof(T) == 4 ? 8 : 4;
 
+// Bytes of one buffer of `chunks` partial rows, each of n accumulators.
+size_t partial_row_bytes(int64_t chunks, int64_t n, size_t acc) { return (chunks * n * acc + 255) / 256 * 256; }
+
+// The parameter gradients' partial rows in a pass of their own
+// (norm_backward_params_kernel), where the dx kernel cannot sum them.
+ParamGradPlan separate_pass_plan(int64_t rows, int64_t n, size_t acc, int sm_count) {
+  const int64_t tiles = ceil_div(n, kGradTile);
+  const int64_t chunks = std::max<int64_t>(1, std::min(ceil_div(int64_t(sm_count) * 8, tiles), ceil_div(rows, 64)));
+  return {false, chunks, ceil_div(rows, chunks), 0, partial_row_bytes(chunks, n, acc)};
+}
+
 // `acc`: bytes per accumulator; `vec`: the elements per pack the dx kernel will load (1 where the buffers
 // are not 16-byte packable); `max_packs`: the most packs a thread of its clusters holds; `residual_stage`:
 // the bytes a block stages its rows' residual gradient in (residual_stage_bytes).
 ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int max_packs, int sm_count,
                               size_t residual_stage = 0) {
-  auto partial_bytes = [&](int64_t chunks) { return (chunks * n * acc + 255) / 256 * 256; };
+  auto partial_bytes = [&](int64_t chunks) { return partial_row_bytes(chunks, n, acc); };
   DeviceLimits limits;
   const bool known = device_limits(limits) == cudaSuccess;
   const int per_block = limits.shared_per_block, per_sm = limits.shared_per_sm;
@@ -102,9 +114,7 @@ ParamGradPlan param_grad_plan(int64_t rows, int64_t n, size_t acc, int vec, int 
       return {true, chunks, rows_per_chunk, shared_bytes, partial_bytes(chunks), prefetch, lanes.cluster, lanes.packs};
     }
   }
-  const int64_t tiles = ceil_div(n, kGradTile);
-  const int64_t chunks = std::max<int64_t>(1, std::min(ceil_div(int64_t(sm_count) * 8, tiles), ceil_div(rows, 64)));
-  return {false, chunks, ceil_div(rows, chunks), 0, partial_bytes(chunks)};
+  return separate_pass_plan(rows, n, acc, sm_count);
 }
 
 // The rows of `a` with the residual already added: h = x + residual in a
@@ -118,6 +128,57 @@ cudaError_t add_residual_first(NormForwardArgs<T, P>& a, cudaStream_t stream) {
   a.x = a.residual_out;
   a.residual = nullptr;
   return cudaGetLastError();
+}
+
+// Rows past a warp that are not whole 16-byte packs in every buffer but
+// start as far from a 16-byte boundary in each of `rows` (odd widths, or
+// parameters that are not packs): the loose kernels (norm_loose_kernels.cuh),
+// a block a row of up to four packs a thread, when that holds them. The
+// threads a block, 0 where they do not take the rows. H200, bf16, µs a call
+// (.probe/odd_rows.py), the block kernels -> the loose ones: NOTES.
+template <typename T>
+int loose_row_threads(int64_t n, std::initializer_list<const void*> rows) {
+  constexpr int kVec = Vec16<T>::kSize;
+  if (sizeof(T) > 4 || n <= kWarpRowMax || !same_pack_offset(rows)) return 0;
+  return block_lane_threads(loose_row_packs<kVec>(n));
+}
+// The packs a thread of those kernels holds: three or four.
+template <typename T>
+int loose_row_packs_per_thread(int64_t n, int threads) {
+  return ceil_div(loose_row_packs<Vec16<T>::kSize>(n), int64_t(threads)) <= 3 ? 3 : 4;
+}
+// kernel_for(kPacks) in `blocks` blocks for rows of n.
+template <typename T, typename KernelFor, typename Args>
+cudaError_t launch_loose_rows(KernelFor&& kernel_for, int64_t blocks, int64_t n, int threads, size_t shared,
+                              cudaStream_t stream, const Args& args) {
+  auto launch = [&](auto kernel) {
+    if (const cudaError_t set = allow_shared_bytes(kernel, shared); set != cudaSuccess) return set;
+    std::apply([&](auto... a) { kernel<<<blocks, threads, shared, stream>>>(a...); }, args);
+    return cudaGetLastError();
+  };
+  if (loose_row_packs_per_thread<T>(n, threads) == 3) return launch(kernel_for(std::integral_constant<int, 3>{}));
+  return launch(kernel_for(std::integral_constant<int, 4>{}));
+}
+
+// The loose backward's parameter gradients: in its blocks (as many as
+// param_grad_plan gives packed rows of n, each taking a run of one class of
+// rows loose_row_period apart) where there are at least as many as classes
+// and its sums fit, else in the separate pass.
+template <typename T>
+ParamGradPlan loose_param_grad_plan(int64_t rows, int64_t n, int threads, int sm_count) {
+  using A = opmath_t<T>;
+  constexpr int kVec = Vec16<T>::kSize;
+  const int64_t period = loose_row_period<T>(n);
+  const ParamGradPlan packed = param_grad_plan(rows, n, sizeof(A), kVec, kBackwardMaxPacks<T>, sm_count);
+  const size_t shared = 2 * size_t(threads) * loose_row_packs_per_thread<T>(n, threads) * kVec * sizeof(A);
+  DeviceLimits limits;
+  if (!packed.fused || packed.cluster || packed.chunks < period || device_limits(limits) != cudaSuccess ||
+      shared + kStaticSharedBytes > size_t(limits.shared_per_block))
+    return separate_pass_plan(rows, n, sizeof(A), sm_count);
+  const int64_t class_rows = ceil_div(rows, period);
+  const int64_t rows_per_chunk = ceil_div(class_rows, packed.chunks / period);
+  const int64_t chunks = period * ceil_div(class_rows, rows_per_chunk);
+  return {true, chunks, rows_per_chunk, shared, partial_row_bytes(chunks, n, sizeof(A))};
 }
 
 // Two-byte rows without a residual, 16-byte aligned, of 3 to kHalfWarpPacksMax
@@ -364,6 +425,13 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         return launch_pipelined(norm_forward_pipelined_kernel<T, kPipelinedPacks, Math>, a.rows, blocks.cluster,
                                 pipelined_slot_bytes * kPipelinedPacks * blocks.threads, stream,
                                 std::make_tuple(a), blocks.threads);
+    if (!packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}))
+      if (const int threads = loose_row_threads<T>(n, {a.x, a.residual, a.residual_out, a.y})) {
+        if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
+        return launch_loose_rows<T>(
+            [](auto packs) { return norm_forward_loose_kernel<T, decltype(packs)::value, Math>; }, a.rows, n, threads,
+            0, stream, std::make_tuple(a));
+      }
     constexpr Walks kWalks = kPrefetchingWalk<T, 8> ? Walks::kPrefetching : Walks::kWhereResident;
     return launch_block_lanes<T, 8, kWalks>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
@@ -453,6 +521,13 @@ cudaError_t forward_rows_float_params(NormForwardArgs<T, float> a, cudaStream_t 
                                                         ResidualAdd::kInRegisters, false, false, P>,
                               a.rows, stream, std::make_tuple(a), kRegisterRowsPerBlock);
     });
+  if (!packable<T>(n, buffers))
+    if (const int threads = loose_row_threads<T>(n, {a.x, a.residual, a.residual_out, a.y})) {
+      if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
+      return launch_loose_rows<T>(
+          [](auto packs) { return norm_forward_loose_kernel<T, decltype(packs)::value, Math, P>; }, a.rows, n, threads,
+          0, stream, std::make_tuple(a));
+    }
   return launch_block_lanes<T, 8>(
       a.rows, 0, n, buffers, stream,
       [](auto packs, auto vec) {
@@ -499,7 +574,10 @@ cudaError_t backward_rows(NormBackwardArgs<T, P> a, ParamGrad dweight, ParamGrad
   const std::initializer_list<const void*> buffers = {a.x, a.dy, a.dx, a.weight, a.grad_residual};
   const int vec = packable<T>(n, buffers) ? Vec16<T>::kSize : 1;
   const size_t residual_stage = residual_stage_bytes<T>(n, vec, a.grad_residual != nullptr);
-  ParamGradPlan plan = param_grad_plan(rows, n, sizeof(A), vec, kBackwardMaxPacks<T>, sm_count, residual_stage);
+  const int loose_threads = vec == 1 ? loose_row_threads<T>(n, {a.x, a.dy, a.dx, a.grad_residual}) : 0;
+  ParamGradPlan plan = loose_threads
+                           ? loose_param_grad_plan<T>(rows, n, loose_threads, sm_count)
+                           : param_grad_plan(rows, n, sizeof(A), vec, kBackwardMaxPacks<T>, sm_count, residual_stage);
   const bool params = dweight.data != nullptr;
   if (params && plan.fused && plan.cluster) {
     // As many chunks as clusters fit at once (fewer than one per SM share
@@ -560,6 +638,10 @@ cudaError_t backward_rows(NormBackwardArgs<T, P> a, ParamGrad dweight, ParamGrad
       return launch(backward_lanes_kernel<T, kPacks, kVec, true, Math, P>(residual_stage != 0),
                     fused ? plan.chunks : warp_row_blocks(rows), kWarpRowThreads);
     });
+  } else if (loose_threads) {
+    err = launch_loose_rows<T>(
+        [](auto packs) { return norm_backward_loose_kernel<T, decltype(packs)::value, Math, P>; },
+        fused ? plan.chunks : rows, n, loose_threads, shared, stream, std::make_tuple(lanes));
   } else {
     // Rows past one block run in clusters: a cluster per row, or per
     // chunk of rows when fused.
@@ -649,6 +731,9 @@ size_t norm_backward_workspace_bytes(const NormShape& shape, const NormParamGrad
           param_grad_plan(shape.rows, shape.n, sizeof(opmath_t<T>), vec, kBackwardMaxPacks<T>, sm_count);
       bytes = std::max(bytes, buffers * plan.partial_bytes);
     }
+    // Loose rows take no more partial rows than packed ones, or the separate pass's.
+    const auto separate = separate_pass_plan(shape.rows, shape.n, sizeof(opmath_t<T>), sm_count);
+    bytes = std::max(bytes, buffers * separate.partial_bytes);
     return cudaSuccess;
   });
   return bytes;
