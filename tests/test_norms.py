@@ -374,12 +374,13 @@ def test_more_rows_than_one_wave(dtype):
 @pytest.mark.parametrize("n", [1025, 1600, 2049, 4095, 4096, 6144, 8191, 8192, 12000, 65536, 65537, 262144])
 def test_long_rows(dtype, n):
     # Rows past 1024 run one block per row with the row in registers (16-byte
-    # packs up to 8192 floats or 16384 halves, element-wise up to 2048), a
-    # cluster of 2-16 blocks per row beyond on Hopper (12000 floats: 2;
-    # 262144 floats: 16), the shared-memory kernels otherwise (2049, 4095,
-    # 8191, 65537: no packs, staged element-wise). 6144 floats: 48 KiB of
-    # dynamic shared memory, past the limit with the static. float64 rows
-    # past a block's registers: clusters exchanging 16-byte pairs of doubles.
+    # packs up to 8192 floats or 16384 halves; odd widths up to those as
+    # loose rows, packs from each row's first boundary, doubles element-wise
+    # up to 2048), a cluster of 2-16 blocks per row beyond on Hopper (12000
+    # floats: 2; 262144 floats: 16), the shared-memory kernels otherwise
+    # (65537, odd doubles past 2048). 6144 floats: 48 KiB of dynamic shared
+    # memory, past the limit with the static. float64 rows past a block's
+    # registers: clusters exchanging 16-byte pairs of doubles.
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(n, device="cuda").to(dtype).requires_grad_()
     b = torch.randn(n, device="cuda").to(dtype).requires_grad_()

@@ -4,8 +4,9 @@
 // from each row's first 16-byte boundary, the few elements around them one
 // each), so each row still moves in 16-byte packs. A row's packs start at a
 // different column from row to row, so the weight and bias, which every row
-// reads from column 0, are read an element at a time (from L1: every block
-// reads them). No residual: the launcher adds it in a pass first.
+// reads from column 0, are read as the two 16-byte packs around each of the
+// row's packs, shifted into place (load_shifted; from L1: every block reads
+// them). No residual: the launcher adds it in a pass first.
 #pragma once
 
 #include "norm_kernels.cuh"
@@ -39,6 +40,44 @@ __device__ __forceinline__ void store_pack(Vec16<T>* out, const A (&v)[kVec]) {
   }
 }
 
+// kCount parameter elements from `from` on, wherever it lies: the 16-byte
+// blocks they touch, read-only, their words shifted into place. One element
+// load each was 16 times the L1 wavefronts of a pack (a warp's loads 16 bytes
+// apart) and, ordered after the previous pack's store (y may alias them),
+// made layer_norm's forward 1.4x its aligned width's (NOTES).
+template <typename P, int kCount>
+__device__ __forceinline__ VecN<P, kCount> load_shifted(const P* from) {
+  constexpr int kBlocks = kCount * sizeof(P) / 16;
+  static_assert(kBlocks * 16 == kCount * sizeof(P), "whole 16-byte packs");
+  constexpr int kWords = 4 * kBlocks;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(from);
+  const uint4* const blocks = reinterpret_cast<const uint4*>(address & ~uintptr_t(15));
+  const int shift = static_cast<int>(address & 15);
+  uint32_t w[kWords + 4];
+#pragma unroll
+  for (int k = 0; k <= kBlocks; ++k) {
+    // The block past the last is touched only when the elements are shifted.
+    const uint4 b = k < kBlocks || shift != 0 ? __ldg(blocks + k) : uint4{};
+    w[4 * k] = b.x, w[4 * k + 1] = b.y, w[4 * k + 2] = b.z, w[4 * k + 3] = b.w;
+  }
+  // Words shift / 4 along (a branch: the shift is the same in every thread
+  // of the block; selects or an index by a variable cost more), then the
+  // bytes shift % 4.
+  const int words = shift / 4, bits = 8 * (shift % 4);
+  uint32_t out[kWords];
+  const auto take = [&](auto along) {
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) out[k] = __funnelshift_r(w[k + along], w[k + along + 1], bits);
+  };
+  if (words == 0) take(std::integral_constant<int, 0>{});
+  else if (words == 1) take(std::integral_constant<int, 1>{});
+  else if (words == 2) take(std::integral_constant<int, 2>{});
+  else take(std::integral_constant<int, 3>{});
+  VecN<P, kCount> pack;
+  memcpy(&pack, out, sizeof(pack));
+  return pack;
+}
+
 // The forward: y, and the row's mean (layer_norm) and rstd.
 template <typename T, int kPacks, typename Math, typename P = T>
 __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_loose_kernel(NormForwardArgs<T, P> a) {
@@ -69,21 +108,29 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_loose_kernel(Norm
       },
       [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
   const RowNormalizer<T, A> normalize(mean, rstd);
-  const auto affine = [&](A v, int column) {
-    if (a.weight) v *= static_cast<A>(a.weight[column]);
-    if (kCentered && a.bias) v += static_cast<A>(a.bias[column]);
-    return v;
-  };
   Pack* const out = layout.packs_of(y);
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     if (!columns.in_row(p)) continue;
+    const int column = columns.packs_at(p);
+    const auto w = a.weight ? load_shifted<P, kVec>(a.weight + column) : VecN<P, kVec>{};
+    const auto b = kCentered && a.bias ? load_shifted<P, kVec>(a.bias + column) : VecN<P, kVec>{};
     A result[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) result[j] = affine(normalize(element(packs[p], j)), columns.packs_at(p) + j);
+    for (int j = 0; j < kVec; ++j) {
+      result[j] = normalize(element(packs[p], j));
+      if (a.weight) result[j] *= element<P, kVec, A>(w, j);
+      if (kCentered && a.bias) result[j] += element<P, kVec, A>(b, j);
+    }
     store_pack<T>(&out[threads.group(p)], result);
   }
-  if (layout.loose.held) y[layout.loose.index] = static_cast<T>(affine(normalize(spare), layout.loose.index));
+  if (layout.loose.held) {
+    const int64_t i = layout.loose.index;
+    A v = normalize(spare);
+    if (a.weight) v *= static_cast<A>(a.weight[i]);
+    if (kCentered && a.bias) v += static_cast<A>(a.bias[i]);
+    y[i] = static_cast<T>(v);
+  }
   if (threads.rank == 0) {
     if constexpr (kCentered) a.mean[threads.row] = mean;
     a.rstd[threads.row] = rstd;
@@ -141,21 +188,27 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
     load_packs(threads, layout.packs_of(dy), layout.packs, gs);
     const A spare_x = layout.loose_of(x), spare_dy = layout.loose_of(dy);
     const A mu = row_mean<kCentered>(a.mean, threads.row), r = a.rstd[threads.row];
-    const auto g_at = [&](A dy_value, int column) {
-      return a.weight ? dy_value * static_cast<A>(a.weight[column]) : dy_value;
+    // g = dy * weight, the weight as the row's packs (load_shifted).
+    const auto weight_of = [&](int p) {
+      return a.weight ? load_shifted<P, kVec>(a.weight + columns.packs_at(p)) : VecN<P, kVec>{};
     };
+    const auto g_of = [&](const Pack& dys, const VecN<P, kVec>& w, int j) {
+      return a.weight ? element(dys, j) * element<P, kVec, A>(w, j) : element(dys, j);
+    };
+    const A spare_g = a.weight && layout.loose.held ? spare_dy * static_cast<A>(a.weight[layout.loose.index]) : spare_dy;
     A sum_g = 0, sum_gx = 0;
-    const auto add = [&](A x_value, A dy_value, int column) {
-      const A g = g_at(dy_value, column);
+    const auto add = [&](A x_value, A g) {
       sum_g += g;
       sum_gx += g * (x_value - mu) * r;
     };
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
-      if (columns.in_row(p))
+      if (columns.in_row(p)) {
+        const auto w = weight_of(p);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) add(element(xs[p], j), element(gs[p], j), columns.packs_at(p) + j);
-    if (layout.loose.held) add(spare_x, spare_dy, static_cast<int>(layout.loose.index));
+        for (int j = 0; j < kVec; ++j) add(element(xs[p], j), g_of(gs[p], w, j));
+      }
+    if (layout.loose.held) add(spare_x, spare_g);
     A mean_g = 0, mean_gx;
     if constexpr (kCentered) {
       const GradientSums<A> row =
@@ -165,9 +218,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
     } else {
       mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
     }
-    const auto dx_at = [&](A x_value, A dy_value, int column) {
-      return r * (g_at(dy_value, column) - mean_g - (x_value - mu) * r * mean_gx);
-    };
+    const auto dx_of = [&](A x_value, A g) { return r * (g - mean_g - (x_value - mu) * r * mean_gx); };
     T* const dx = a.dx + offset;
     const T* const carried = a.grad_residual ? a.grad_residual + offset : nullptr;
     Pack* const out = layout.packs_of(dx);
@@ -176,10 +227,11 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
       if (!columns.in_row(p)) continue;
       const int g = threads.group(p);
       const Pack residual = carried ? layout.packs_of(carried)[g] : Pack{};
+      const auto w = weight_of(p);
       A result[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        result[j] = dx_at(element(xs[p], j), element(gs[p], j), columns.packs_at(p) + j);
+        result[j] = dx_of(element(xs[p], j), g_of(gs[p], w, j));
         if (carried) result[j] += element(residual, j);
       }
       store_pack<T>(&out[g], result);
@@ -198,7 +250,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
     }
     if (layout.loose.held) {
       const int64_t i = layout.loose.index;
-      A v = dx_at(spare_x, spare_dy, static_cast<int>(i));
+      A v = dx_of(spare_x, spare_g);
       if (carried) v += static_cast<A>(carried[i]);
       dx[i] = static_cast<T>(v);
       loose_w += spare_dy * (spare_x - mu) * r;
