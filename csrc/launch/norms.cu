@@ -171,8 +171,7 @@ ParamGradPlan loose_param_grad_plan(int64_t rows, int64_t n, int threads, int sm
   constexpr int kVec = Vec16<T>::kSize;
   const int64_t period = loose_row_period<T>(n);
   const ParamGradPlan packed = param_grad_plan(rows, n, sizeof(A), kVec, kBackwardMaxPacks<T>, sm_count);
-  const size_t slots = size_t(threads) * loose_row_packs_per_thread<T>(n, threads);
-  const size_t shared = 2 * slots * kVec * sizeof(A);
+  const size_t shared = 2 * size_t(threads) * loose_row_packs_per_thread<T>(n, threads) * kVec * sizeof(A);
   DeviceLimits limits;
   if (!packed.fused || packed.cluster || packed.chunks < period || device_limits(limits) != cudaSuccess ||
       shared + kStaticSharedBytes > size_t(limits.shared_per_block))
@@ -180,12 +179,7 @@ ParamGradPlan loose_param_grad_plan(int64_t rows, int64_t n, int threads, int sm
   const int64_t class_rows = ceil_div(rows, period);
   const int64_t rows_per_chunk = ceil_div(class_rows, packed.chunks / period);
   const int64_t chunks = period * ceil_div(class_rows, rows_per_chunk);
-  // The next row's x and dy staged too (the sums' blocks an SM still fit).
-  const size_t staged = shared + 2 * slots * 16;
-  const int64_t blocks_per_sm = ceil_div(chunks, int64_t(sm_count));
-  const bool prefetch = rows_per_chunk > 1 && staged + kStaticSharedBytes <= size_t(limits.shared_per_block) &&
-                        blocks_per_sm * (staged + kStaticSharedBytes + 1024) <= size_t(limits.shared_per_sm);
-  return {true, chunks, rows_per_chunk, prefetch ? staged : shared, partial_row_bytes(chunks, n, sizeof(A)), prefetch};
+  return {true, chunks, rows_per_chunk, shared, partial_row_bytes(chunks, n, sizeof(A))};
 }
 
 // Two-byte rows without a residual, 16-byte aligned, of 3 to kHalfWarpPacksMax
