@@ -4,7 +4,7 @@
 // from each row's first 16-byte boundary, the few elements around them one
 // each), so each row still moves in 16-byte packs. A row's packs start at a
 // different column from row to row, so the weight and bias, which every row
-// reads from column 0, are read as the two 16-byte packs around each of the
+// reads from column 0, are read as the 16-byte blocks around each of the
 // row's packs, shifted into place (load_shifted; from L1: every block reads
 // them). No residual: the launcher adds it in a pass first.
 #pragma once
@@ -42,9 +42,9 @@ __device__ __forceinline__ void store_pack(Vec16<T>* out, const A (&v)[kVec]) {
 
 // kCount parameter elements from `from` on, wherever it lies: the 16-byte
 // blocks they touch, read-only, their words shifted into place. One element
-// load each was 16 times the L1 wavefronts of a pack (a warp's loads 16 bytes
-// apart) and, ordered after the previous pack's store (y may alias them),
-// made layer_norm's forward 1.4x its aligned width's (NOTES).
+// load each cost 16 times a pack's L1 wavefronts (a warp's loads 16 bytes
+// apart) and the instructions: layer_norm's forward ran 1.4x its aligned
+// width's (NOTES).
 template <typename P, int kCount>
 __device__ __forceinline__ VecN<P, kCount> load_shifted(const P* from) {
   constexpr int kBlocks = kCount * sizeof(P) / 16;
