@@ -593,6 +593,45 @@ __device__ __forceinline__ VecN<P, kVec> load_param_pack(const P* params) {
   return pack;
 }
 
+// kCount parameters from `from` on, wherever it lies (load_param_pack's
+// unaligned sibling: a loose row's packs start at any column): the 16-byte
+// blocks they touch, read-only, their words shifted into place. One element
+// load each cost 16 times a pack's L1 wavefronts (a warp's loads 16 bytes
+// apart) and the instructions: layer_norm's forward ran 1.4x its aligned
+// width's (NOTES).
+template <typename P, int kCount>
+__device__ __forceinline__ VecN<P, kCount> load_shifted(const P* from) {
+  constexpr int kBlocks = kCount * sizeof(P) / 16;
+  static_assert(kBlocks * 16 == kCount * sizeof(P), "whole 16-byte packs");
+  constexpr int kWords = 4 * kBlocks;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(from);
+  const uint4* const blocks = reinterpret_cast<const uint4*>(address & ~uintptr_t(15));
+  const int shift = static_cast<int>(address & 15);
+  uint32_t w[kWords + 4];
+#pragma unroll
+  for (int k = 0; k <= kBlocks; ++k) {
+    // The block past the last is touched only when the elements are shifted.
+    const uint4 b = k < kBlocks || shift != 0 ? __ldg(blocks + k) : uint4{};
+    w[4 * k] = b.x, w[4 * k + 1] = b.y, w[4 * k + 2] = b.z, w[4 * k + 3] = b.w;
+  }
+  // Words shift / 4 along (a branch: the shift is the same in every thread
+  // of the block; selects or an index by a variable cost more), then the
+  // bytes shift % 4.
+  const int words = shift / 4, bits = 8 * (shift % 4);
+  uint32_t out[kWords];
+  const auto take = [&](auto along) {
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) out[k] = __funnelshift_r(w[k + along], w[k + along + 1], bits);
+  };
+  if (words == 0) take(std::integral_constant<int, 0>{});
+  else if (words == 1) take(std::integral_constant<int, 1>{});
+  else if (words == 2) take(std::integral_constant<int, 2>{});
+  else take(std::integral_constant<int, 3>{});
+  VecN<P, kCount> pack;
+  memcpy(&pack, out, sizeof(pack));
+  return pack;
+}
+
 // v[j] = op(v[j], params[first + j]) for a group, read as kVec-wide loads.
 template <int kVec, typename A, typename P, typename Op>
 __device__ __forceinline__ void apply_params(const P* params, int64_t first, A (&v)[kVec], Op op) {
