@@ -40,10 +40,12 @@ __device__ __forceinline__ void store_pack(Vec16<T>* out, const A (&v)[kVec]) {
   }
 }
 
-// The forward: y, and the row's mean (layer_norm) and rstd.
-template <typename T, int kPacks, typename Math, typename P = T>
+// The forward: y, and the row's mean (layer_norm) and rstd. kAffine: every
+// parameter given (no test of their pointers).
+template <typename T, int kPacks, typename Math, typename P = T, bool kAffine = false>
 __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_loose_kernel(NormForwardArgs<T, P> a) {
   constexpr bool kCentered = Math::kCentered;
+  const bool weighted = kAffine || a.weight, biased = kCentered && (kAffine || a.bias);
   constexpr int kVec = Vec16<T>::kSize;
   using A = opmath_t<T>;
   using Pack = Vec16<T>;
@@ -75,22 +77,22 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_loose_kernel(Norm
   for (int p = 0; p < kPacks; ++p) {
     if (!columns.in_row(p)) continue;
     const int column = columns.packs_at(p);
-    const auto w = a.weight ? load_shifted<P, kVec>(a.weight + column) : VecN<P, kVec>{};
-    const auto b = kCentered && a.bias ? load_shifted<P, kVec>(a.bias + column) : VecN<P, kVec>{};
+    const auto w = weighted ? load_shifted<P, kVec>(a.weight + column) : VecN<P, kVec>{};
+    const auto b = biased ? load_shifted<P, kVec>(a.bias + column) : VecN<P, kVec>{};
     A result[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       result[j] = normalize(element(packs[p], j));
-      if (a.weight) result[j] *= element<P, kVec, A>(w, j);
-      if (kCentered && a.bias) result[j] += element<P, kVec, A>(b, j);
+      if (weighted) result[j] *= element<P, kVec, A>(w, j);
+      if (biased) result[j] += element<P, kVec, A>(b, j);
     }
     store_pack<T>(&out[threads.group(p)], result);
   }
   if (layout.loose.held) {
     const int64_t i = layout.loose.index;
     A v = normalize(spare);
-    if (a.weight) v *= static_cast<A>(a.weight[i]);
-    if (kCentered && a.bias) v += static_cast<A>(a.bias[i]);
+    if (weighted) v *= static_cast<A>(a.weight[i]);
+    if (biased) v += static_cast<A>(a.bias[i]);
     y[i] = static_cast<T>(v);
   }
   if (threads.rank == 0) {
@@ -122,6 +124,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
   using A = opmath_t<T>;
   using Pack = Vec16<T>;
   using Sums = VecN<A, kVec>;
+  using WeightPack = VecN<P, kVec>;
   RowThreads<false> threads(a.rows);
   const int n = static_cast<int>(a.n);
   const bool params = a.partial_w != nullptr, bias = a.partial_b != nullptr;
@@ -141,6 +144,19 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
   // partial rows are written by them when the block takes no row).
   const LooseColumns<T, false> columns(a.x + first * a.n, n, threads);
   const auto& layout = columns.layout;
+  // g = dy * weight, the weight as the row's packs (load_shifted): shifted
+  // once a block into the thread's own slots after the sums' where the block
+  // takes a run of rows (its columns are the same in each), else per row.
+  WeightPack* const weights = params ? reinterpret_cast<WeightPack*>(sums_b + kPacks * blockDim.x) : nullptr;
+  if (weights && a.weight)
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p)
+      if (columns.in_row(p)) weights[threads.local(p)] = load_shifted<P, kVec>(a.weight + columns.packs_at(p));
+  const auto weight_of = [&](int p) {
+    if (!a.weight) return WeightPack{};
+    return weights ? weights[threads.local(p)] : load_shifted<P, kVec>(a.weight + columns.packs_at(p));
+  };
+  const A loose_weight = a.weight && layout.loose.held ? static_cast<A>(a.weight[layout.loose.index]) : A(1);
   for (threads.row = first; threads.row < last; threads.row += period) {
     const int64_t offset = threads.row * a.n;
     const T* const x = a.x + offset;
@@ -150,14 +166,10 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
     load_packs(threads, layout.packs_of(dy), layout.packs, gs);
     const A spare_x = layout.loose_of(x), spare_dy = layout.loose_of(dy);
     const A mu = row_mean<kCentered>(a.mean, threads.row), r = a.rstd[threads.row];
-    // g = dy * weight, the weight as the row's packs (load_shifted).
-    const auto weight_of = [&](int p) {
-      return a.weight ? load_shifted<P, kVec>(a.weight + columns.packs_at(p)) : VecN<P, kVec>{};
-    };
     const auto g_of = [&](const Pack& dys, const VecN<P, kVec>& w, int j) {
       return a.weight ? element(dys, j) * element<P, kVec, A>(w, j) : element(dys, j);
     };
-    const A spare_g = a.weight && layout.loose.held ? spare_dy * static_cast<A>(a.weight[layout.loose.index]) : spare_dy;
+    const A spare_g = spare_dy * loose_weight;
     A sum_g = 0, sum_gx = 0;
     const auto add = [&](A x_value, A g) {
       sum_g += g;

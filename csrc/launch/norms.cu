@@ -135,8 +135,8 @@ cudaError_t add_residual_first(NormForwardArgs<T, P>& a, cudaStream_t stream) {
 // parameters that are not packs): the loose kernels (norm_loose_kernels.cuh),
 // a block a row of up to four packs a thread, when that holds them. The
 // threads a block, 0 where they do not take the rows. H200, bf16 (8192,
-// 4095), kernel µs, the block rows -> these: rms_norm forward 75.4 -> 33.6,
-// layer_norm 85.3 -> 40.8 (bench/peers.py; docs/design.md).
+// 4095), kernel µs, the block rows -> these: rms_norm forward 75.4 -> 32.7,
+// layer_norm 85.3 -> 39.4 (bench/peers.py; docs/design.md).
 template <typename T>
 int loose_row_threads(int64_t n, std::initializer_list<const void*> rows) {
   constexpr int kVec = Vec16<T>::kSize;
@@ -147,6 +147,18 @@ int loose_row_threads(int64_t n, std::initializer_list<const void*> rows) {
 template <typename T>
 int loose_row_packs_per_thread(int64_t n, int threads) {
   return ceil_div(loose_row_packs<Vec16<T>::kSize>(n), int64_t(threads)) <= 3 ? 3 : 4;
+}
+// The loose forward for its packs a thread, layer_norm's two-byte rows with
+// both parameters compiled for them (H200, bf16 (8192, 4095), kernel µs:
+// 40.8 -> 39.4, bench/peers.py; NOTES.md).
+template <typename T, typename Math, typename P>
+auto loose_forward_for(bool affine) {
+  return [affine](auto packs) {
+    constexpr int kPacks = decltype(packs)::value;
+    if constexpr (Math::kCentered && sizeof(T) == 2)
+      if (affine) return norm_forward_loose_kernel<T, kPacks, Math, P, true>;
+    return norm_forward_loose_kernel<T, kPacks, Math, P>;
+  };
 }
 // kernel_for(kPacks) in `blocks` blocks for rows of n.
 template <typename T, typename KernelFor, typename Args>
@@ -164,14 +176,15 @@ cudaError_t launch_loose_rows(KernelFor&& kernel_for, int64_t blocks, int64_t n,
 // The loose backward's parameter gradients: in its blocks (as many as
 // param_grad_plan gives packed rows of n, each taking a run of one class of
 // rows loose_row_period apart) where there are at least as many as classes
-// and its sums fit, else in the separate pass.
+// and its slots fit (the weight's and bias's sums, and the shifted weight:
+// sizeof(A) a column bounds either parameter type), else in the separate pass.
 template <typename T>
 ParamGradPlan loose_param_grad_plan(int64_t rows, int64_t n, int threads, int sm_count) {
   using A = opmath_t<T>;
   constexpr int kVec = Vec16<T>::kSize;
   const int64_t period = loose_row_period<T>(n);
   const ParamGradPlan packed = param_grad_plan(rows, n, sizeof(A), kVec, kBackwardMaxPacks<T>, sm_count);
-  const size_t shared = 2 * size_t(threads) * loose_row_packs_per_thread<T>(n, threads) * kVec * sizeof(A);
+  const size_t shared = 3 * size_t(threads) * loose_row_packs_per_thread<T>(n, threads) * kVec * sizeof(A);
   DeviceLimits limits;
   if (!packed.fused || packed.cluster || packed.chunks < period || device_limits(limits) != cudaSuccess ||
       shared + kStaticSharedBytes > size_t(limits.shared_per_block))
@@ -429,9 +442,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     if (!packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}))
       if (const int threads = loose_row_threads<T>(n, {a.x, a.residual, a.residual_out, a.y})) {
         if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
-        return launch_loose_rows<T>(
-            [](auto packs) { return norm_forward_loose_kernel<T, decltype(packs)::value, Math>; }, a.rows, n, threads,
-            0, stream, std::make_tuple(a));
+        return launch_loose_rows<T>(loose_forward_for<T, Math, T>(every_param_given<Math>(a)), a.rows, n, threads,
+                                    0, stream, std::make_tuple(a));
       }
     constexpr Walks kWalks = kPrefetchingWalk<T, 8> ? Walks::kPrefetching : Walks::kWhereResident;
     return launch_block_lanes<T, 8, kWalks>(
@@ -525,9 +537,8 @@ cudaError_t forward_rows_float_params(NormForwardArgs<T, float> a, cudaStream_t 
   if (!packable<T>(n, buffers))
     if (const int threads = loose_row_threads<T>(n, {a.x, a.residual, a.residual_out, a.y})) {
       if (const cudaError_t added = add_residual_first(a, stream); added != cudaSuccess) return added;
-      return launch_loose_rows<T>(
-          [](auto packs) { return norm_forward_loose_kernel<T, decltype(packs)::value, Math, P>; }, a.rows, n, threads,
-          0, stream, std::make_tuple(a));
+      return launch_loose_rows<T>(loose_forward_for<T, Math, P>(every_param_given<Math>(a)), a.rows, n, threads, 0,
+                                  stream, std::make_tuple(a));
     }
   return launch_block_lanes<T, 8>(
       a.rows, 0, n, buffers, stream,
