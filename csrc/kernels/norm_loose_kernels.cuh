@@ -147,7 +147,23 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
   // g = dy * weight, the weight as the row's packs (load_shifted): shifted
   // once a block into the thread's own slots after the sums' where the block
   // takes a run of rows (its columns are the same in each), else per row.
-  WeightPack* const weights = params ? reinterpret_cast<WeightPack*>(sums_b + kPacks * blockDim.x) : nullptr;
+  WeightPack* const weights =
+      params ? reinterpret_cast<WeightPack*>(bias ? sums_b + kPacks * blockDim.x : sums_b) : nullptr;
+  // With a.prefetch, the next row's x and dy packs are copied into the slots
+  // after those while this row's dx is written (its loads would wait for
+  // them otherwise: the kernel was latency-bound, NOTES); each thread copies
+  // and reads back only its own packs, so no barrier.
+  Pack* const stage_x = reinterpret_cast<Pack*>(weights + kPacks * blockDim.x);
+  Pack* const stage_dy = stage_x + kPacks * blockDim.x;
+  const auto stage_row = [&](int64_t row) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if (!columns.in_row(p)) continue;
+      copy16_async(&stage_x[threads.local(p)], &layout.packs_of(a.x + row * a.n)[threads.group(p)]);
+      copy16_async(&stage_dy[threads.local(p)], &layout.packs_of(a.dy + row * a.n)[threads.group(p)]);
+    }
+  };
+  if (a.prefetch && first < last) stage_row(first);
   if (weights && a.weight)
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
@@ -162,8 +178,17 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
     const T* const x = a.x + offset;
     const T* const dy = a.dy + offset;
     Pack xs[kPacks], gs[kPacks];
-    load_packs(threads, layout.packs_of(x), layout.packs, xs);
-    load_packs(threads, layout.packs_of(dy), layout.packs, gs);
+    if (a.prefetch) {
+      wait_async_copies();
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        xs[p] = columns.in_row(p) ? stage_x[threads.local(p)] : Pack{};
+        gs[p] = columns.in_row(p) ? stage_dy[threads.local(p)] : Pack{};
+      }
+    } else {
+      load_packs(threads, layout.packs_of(x), layout.packs, xs);
+      load_packs(threads, layout.packs_of(dy), layout.packs, gs);
+    }
     const A spare_x = layout.loose_of(x), spare_dy = layout.loose_of(dy);
     const A mu = row_mean<kCentered>(a.mean, threads.row), r = a.rstd[threads.row];
     const auto g_of = [&](const Pack& dys, const VecN<P, kVec>& w, int j) {
@@ -192,6 +217,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
     } else {
       mean_gx = threads.template allreduce<SumOp<A>>(sum_gx) / static_cast<A>(n);
     }
+    if (a.prefetch && threads.row + period < last) stage_row(threads.row + period);
     const auto dx_of = [&](A x_value, A g) { return r * (g - mean_g - (x_value - mu) * r * mean_gx); };
     T* const dx = a.dx + offset;
     const T* const carried = a.grad_residual ? a.grad_residual + offset : nullptr;
