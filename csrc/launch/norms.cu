@@ -135,8 +135,8 @@ cudaError_t add_residual_first(NormForwardArgs<T, P>& a, cudaStream_t stream) {
 // parameters that are not packs): the loose kernels (norm_loose_kernels.cuh),
 // a block a row of up to four packs a thread, when that holds them. The
 // threads a block, 0 where they do not take the rows. H200, bf16 (8192,
-// 4095), kernel µs, the block rows -> these: rms_norm forward 75.4 -> 32.7,
-// layer_norm 85.3 -> 39.4 (bench/peers.py; docs/design.md).
+// 4095), kernel µs, the block rows -> these: rms_norm forward 75.4 -> 32.6,
+// layer_norm 85.3 -> 39.1 (bench/peers.py; docs/design.md).
 template <typename T>
 int loose_row_threads(int64_t n, std::initializer_list<const void*> rows) {
   constexpr int kVec = Vec16<T>::kSize;
