@@ -597,8 +597,9 @@ cudaError_t backward_rows(NormBackwardArgs<T, P> a, ParamGrad dweight, ParamGrad
   const int vec = packable<T>(n, buffers) ? Vec16<T>::kSize : 1;
   const size_t residual_stage = residual_stage_bytes<T>(n, vec, a.grad_residual != nullptr);
   const int loose_threads = vec == 1 ? loose_row_threads<T>(n, {a.x, a.dy, a.dx, a.grad_residual}) : 0;
+  const bool bias = dbias.data != nullptr;
   ParamGradPlan plan = loose_threads
-                           ? loose_param_grad_plan<T>(rows, n, loose_threads, dbias.data != nullptr, sizeof(P), sm_count)
+                           ? loose_param_grad_plan<T>(rows, n, loose_threads, bias, sizeof(P), sm_count)
                            : param_grad_plan(rows, n, sizeof(A), vec, kBackwardMaxPacks<T>, sm_count, residual_stage);
   const bool params = dweight.data != nullptr;
   if (params && plan.fused && plan.cluster) {
