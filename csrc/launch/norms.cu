@@ -150,7 +150,7 @@ int loose_row_packs_per_thread(int64_t n, int threads) {
 }
 // The loose forward for its packs a thread, layer_norm's two-byte rows with
 // both parameters compiled for them (H200, bf16 (8192, 4095), kernel µs:
-// 40.8 -> 39.4, bench/peers.py; NOTES.md).
+// 40.8 -> 39.1-39.4 in three runs, bench/peers.py; NOTES.md).
 template <typename T, typename Math, typename P>
 auto loose_forward_for(bool affine) {
   return [affine](auto packs) {
