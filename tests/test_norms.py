@@ -877,11 +877,13 @@ def test_short_rows_backward(device, dtype, n, rows):
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("n, layout, rows", [(1025, "odd", 19), (4095, "odd", 19), (4095, "odd", 5), (8191, "odd", 19),
                                              (16383, "odd", 19), (4096, "offset", 19), (4096, "weight_offset", 19),
-                                             (8200, "weight_offset", 19)])
+                                             (8200, "weight_offset", 19), (4095, "bias_offset", 19)])
 def test_rows_not_whole_packs_every_option(device, dtype, n, layout, rows):
     # Rows past a warp that are not whole 16-byte packs: odd widths (each row
     # starting at another place in its pack), an input at storage offset 1
-    # (every row alike), or parameters at offset 1 beside aligned rows. CUDA
+    # (every row alike), parameters at offset 1 beside aligned rows, or the
+    # bias at offset 3 beside an aligned weight (their shifts a different
+    # number of words: layer_norm's forward shifts each alone). CUDA
     # reads them in packs from each row's first boundary (16383 float rows:
     # too wide for that, the shared-memory kernels). Every parameter
     # combination, float32 parameters beside half rows, and the fused adds
@@ -896,6 +898,8 @@ def test_rows_not_whole_packs_every_option(device, dtype, n, layout, rows):
         x, r, g, g_res = (offset_view(t, 1) for t in (x, r, g, g_res))
     if layout == "weight_offset":
         w, b = offset_view(w, 1), offset_view(b, 1)
+    if layout == "bias_offset":
+        b = offset_view(b, 3)
     mixed = [(w.float(), b.float())] if dtype != torch.float32 else []
     for weight, bias in [(w, b), (w, None), (None, b), (None, None)] + mixed:
         inputs = [t for t in (x, weight, bias) if t is not None]

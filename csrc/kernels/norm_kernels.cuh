@@ -713,26 +713,16 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
   const int64_t first = group_index * a.rows_per_group;
   const int64_t last = first + a.rows_per_group < a.rows ? first + a.rows_per_group : a.rows;
   // A block walks its rows one after another: without a prefetch its loads
-  // of a row wait for the previous row's reductions, dx and sums. Each
-  // thread stages only the packs it reads back, so the copies need no
-  // barrier, and a row is staged after the row before has been read (its
+  // of a row wait for the previous row's reductions, dx and sums
+  // (stage_packs). A row is staged after the row before has been read (its
   // last reduction's barrier orders the two).
   constexpr bool kCanPrefetch = !kWarpRows && sizeof(Pack) == 16;
   const bool prefetch = kCanPrefetch && a.prefetch;
   Pack* const stage_x = reinterpret_cast<Pack*>(row_cache<A>(2, share));
   Pack* const stage_dy = stage_x + share / kVec;
   auto stage_row = [&](int64_t row) {
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int g = threads.group(p);
-      if (g >= groups) continue;
-      copy16_async(stage_x + threads.local(p), reinterpret_cast<const Pack*>(a.x + row * a.n) + g);
-      copy16_async(stage_dy + threads.local(p), reinterpret_cast<const Pack*>(a.dy + row * a.n) + g);
-    }
-  };
-  auto load_staged = [&](const Pack* stage, Pack(&packs)[kPacks]) {
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < groups ? stage[threads.local(p)] : Pack{};
+    stage_packs<kPacks>(threads, groups, reinterpret_cast<const Pack*>(a.x + row * a.n), stage_x,
+                        reinterpret_cast<const Pack*>(a.dy + row * a.n), stage_dy);
   };
   if (prefetch && first < last) stage_row(first);
   // Its address recomputed at each use: held through the row, it cost the
@@ -746,8 +736,8 @@ __global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>) norm_backward_lan
     Pack xs[kPacks], gs[kPacks];
     if (prefetch) {
       wait_async_copies();
-      load_staged(stage_x, xs);
-      load_staged(stage_dy, gs);
+      load_staged_packs(threads, stage_x, groups, xs);
+      load_staged_packs(threads, stage_dy, groups, gs);
     } else {
       load_packs(threads, reinterpret_cast<const Pack*>(a.x + offset), groups, xs);
       load_packs(threads, reinterpret_cast<const Pack*>(a.dy + offset), groups, gs);

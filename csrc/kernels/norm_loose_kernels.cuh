@@ -5,8 +5,9 @@
 // each), so each row still moves in 16-byte packs. A row's packs start at a
 // different column from row to row, so the weight and bias, which every row
 // reads from column 0, are read as the 16-byte blocks around each of the
-// row's packs, shifted into place (row_io.cuh's load_shifted; from L1: every
-// block reads them). No residual: the launcher adds it in a pass first.
+// row's packs, shifted into place (row_io.cuh's ShiftedParams and
+// load_shifted; from L1: every block reads them). No residual: the launcher
+// adds it in a pass first.
 #pragma once
 
 #include "norm_kernels.cuh"
@@ -41,9 +42,12 @@ __device__ __forceinline__ void store_pack(Vec16<T>* out, const A (&v)[kVec]) {
 }
 
 // The forward: y, and the row's mean (layer_norm) and rstd. kAffine: every
-// parameter given (no test of their pointers).
+// parameter given (no test of their pointers). Two blocks of kRowThreadsMax
+// an SM (64 registers): NVVM loads every pack's parameters up front, and at
+// 77-86 registers the SM held too few rows (H200, events, bf16 layer_norm
+// (8192, 4095) 48.4 µs, 41.4 with the bound; NOTES).
 template <typename T, int kPacks, typename Math, typename P = T, bool kAffine = false>
-__global__ void __launch_bounds__(kRowThreadsMax) norm_forward_loose_kernel(NormForwardArgs<T, P> a) {
+__global__ void __launch_bounds__(kRowThreadsMax, 2) norm_forward_loose_kernel(NormForwardArgs<T, P> a) {
   constexpr bool kCentered = Math::kCentered;
   const bool weighted = kAffine || a.weight, biased = kCentered && (kAffine || a.bias);
   constexpr int kVec = Vec16<T>::kSize;
@@ -73,20 +77,35 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_loose_kernel(Norm
       [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
   const RowNormalizer<T, A> normalize(mean, rstd);
   Pack* const out = layout.packs_of(y);
+  const auto write = [&](auto weight_at, auto bias_at) {
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    if (!columns.in_row(p)) continue;
-    const int column = columns.packs_at(p);
-    const auto w = weighted ? load_shifted<P, kVec>(a.weight + column) : VecN<P, kVec>{};
-    const auto b = biased ? load_shifted<P, kVec>(a.bias + column) : VecN<P, kVec>{};
-    A result[kVec];
+    for (int p = 0; p < kPacks; ++p) {
+      if (!columns.in_row(p)) continue;
+      const int g = threads.group(p);
+      const auto w = weighted ? weight_at(g) : VecN<P, kVec>{};
+      const auto b = biased ? bias_at(g) : VecN<P, kVec>{};
+      A result[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      result[j] = normalize(element(packs[p], j));
-      if (weighted) result[j] *= element<P, kVec, A>(w, j);
-      if (biased) result[j] += element<P, kVec, A>(b, j);
+      for (int j = 0; j < kVec; ++j) {
+        result[j] = normalize(element(packs[p], j));
+        if (weighted) result[j] *= element<P, kVec, A>(w, j);
+        if (biased) result[j] += element<P, kVec, A>(b, j);
+      }
+      store_pack<T>(&out[g], result);
     }
-    store_pack<T>(&out[threads.group(p)], result);
+  };
+  // The parameters' shift is the row's (ShiftedParams): one branch on it a
+  // row where weight and bias agree in whole words (parameters of one
+  // 16-byte aligned allocation always do), else one a pack and parameter.
+  const ShiftedParams weight(a.weight, layout.head), bias(a.bias, layout.head);
+  if (!weighted || !biased || weight.shift / 4 == bias.shift / 4) {
+    with_word_shift(weighted ? weight.shift : bias.shift, [&](auto words) {
+      constexpr int kWords = decltype(words)::value;
+      write([&](int g) { return weight.at<P, kVec, kWords>(g); }, [&](int g) { return bias.at<P, kVec, kWords>(g); });
+    });
+  } else {
+    write([&](int g) { return load_shifted<P, kVec>(a.weight + layout.head + g * kVec); },
+          [&](int g) { return load_shifted<P, kVec>(a.bias + layout.head + g * kVec); });
   }
   if (layout.loose.held) {
     const int64_t i = layout.loose.index;
@@ -151,17 +170,12 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
       params ? reinterpret_cast<WeightPack*>(bias ? sums_b + kPacks * blockDim.x : sums_b) : nullptr;
   // With a.prefetch, the next row's x and dy packs are copied into the slots
   // after those while this row's dx is written (its loads would wait for
-  // them otherwise: the kernel was latency-bound, NOTES); each thread copies
-  // and reads back only its own packs, so no barrier.
+  // them otherwise: the kernel was latency-bound, NOTES; stage_packs).
   Pack* const stage_x = reinterpret_cast<Pack*>(weights + kPacks * blockDim.x);
   Pack* const stage_dy = stage_x + kPacks * blockDim.x;
   const auto stage_row = [&](int64_t row) {
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      if (!columns.in_row(p)) continue;
-      copy16_async(&stage_x[threads.local(p)], &layout.packs_of(a.x + row * a.n)[threads.group(p)]);
-      copy16_async(&stage_dy[threads.local(p)], &layout.packs_of(a.dy + row * a.n)[threads.group(p)]);
-    }
+    stage_packs<kPacks>(threads, layout.packs, layout.packs_of(a.x + row * a.n), stage_x,
+                        layout.packs_of(a.dy + row * a.n), stage_dy);
   };
   if (a.prefetch && first < last) stage_row(first);
   if (weights && a.weight)
@@ -180,11 +194,8 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_backward_loose_kernel(Nor
     Pack xs[kPacks], gs[kPacks];
     if (a.prefetch) {
       wait_async_copies();
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        xs[p] = columns.in_row(p) ? stage_x[threads.local(p)] : Pack{};
-        gs[p] = columns.in_row(p) ? stage_dy[threads.local(p)] : Pack{};
-      }
+      load_staged_packs(threads, stage_x, layout.packs, xs);
+      load_staged_packs(threads, stage_dy, layout.packs, gs);
     } else {
       load_packs(threads, layout.packs_of(x), layout.packs, xs);
       load_packs(threads, layout.packs_of(dy), layout.packs, gs);

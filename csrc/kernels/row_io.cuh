@@ -531,6 +531,28 @@ __device__ __forceinline__ void wait_async_copies_but() {
 #endif
 }
 
+// A thread's packs of two rows (those of its groups below `whole`: x's and
+// dy's in the backwards) copied into its own slots (slot local(p)) of
+// `stage_x` and `stage_dy`, and read back once they landed (after
+// wait_async_copies): a kernel walking rows stages the next row so while it
+// writes this one. Each thread reads back only what it copied, so no barrier.
+template <int kPacks, bool kWarpRows, typename Pack>
+__device__ __forceinline__ void stage_packs(const RowThreads<kWarpRows>& threads, int whole, const Pack* x,
+                                            Pack* stage_x, const Pack* dy, Pack* stage_dy) {
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    if (threads.group(p) >= whole) continue;
+    copy16_async(&stage_x[threads.local(p)], &x[threads.group(p)]);
+    copy16_async(&stage_dy[threads.local(p)], &dy[threads.group(p)]);
+  }
+}
+template <bool kWarpRows, int kPacks, typename Pack>
+__device__ __forceinline__ void load_staged_packs(const RowThreads<kWarpRows>& threads, const Pack* stage, int whole,
+                                                  Pack (&packs)[kPacks]) {
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) packs[p] = threads.group(p) < whole ? stage[threads.local(p)] : Pack{};
+}
+
 // Copies row[0, count) into the warp's `stage` and returns once every lane's
 // copies have landed: whole packs asynchronously, the rest element-wise.
 template <int kVec, typename T>
@@ -593,44 +615,89 @@ __device__ __forceinline__ VecN<P, kVec> load_param_pack(const P* params) {
   return pack;
 }
 
+// The 16-byte blocks that kCount parameters starting `shift` bytes into
+// `blocks` touch (0 <= shift < 16), read-only, as words; take<kWords>() the
+// parameters, their words taken kWords = shift / 4 along and shifted by the
+// rest. A row's packs are whole packs apart, so every pack a block reads of
+// a parameter row has the same shift (ShiftedParams).
+template <typename P, int kCount>
+struct ShiftedWords {
+  static constexpr int kBlocks = kCount * sizeof(P) / 16;
+  static_assert(kBlocks * 16 == kCount * sizeof(P), "whole 16-byte packs");
+  static constexpr int kOut = 4 * kBlocks;
+  uint32_t w[kOut + 4];
+  int bits;
+  __device__ ShiftedWords(const uint4* blocks, int shift) : bits(8 * (shift % 4)) {
+#pragma unroll
+    for (int k = 0; k <= kBlocks; ++k) {
+      // The block past the last is touched only when the elements are shifted.
+      const uint4 b = k < kBlocks || shift != 0 ? __ldg(blocks + k) : uint4{};
+      w[4 * k] = b.x, w[4 * k + 1] = b.y, w[4 * k + 2] = b.z, w[4 * k + 3] = b.w;
+    }
+  }
+  // As words: where a branch picks kWords, its paths merge 32-bit words,
+  // not the 16-bit fields of a two-byte pack (a byte permute each).
+  template <int kWords>
+  __device__ void take(uint32_t (&out)[kOut]) const {
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) out[k] = __funnelshift_r(w[k + kWords], w[k + kWords + 1], bits);
+  }
+  static __device__ VecN<P, kCount> pack_of(const uint32_t (&out)[kOut]) {
+    VecN<P, kCount> pack;
+    memcpy(&pack, out, sizeof(pack));
+    return pack;
+  }
+};
+
+// Calls f(std::integral_constant<int, shift / 4>) (shift in bytes, below
+// 16): a branch, taken the same way by every thread of a block where the
+// shift is the block's; selects or an index by a variable cost more.
+template <typename F>
+__device__ __forceinline__ void with_word_shift(int shift, F&& f) {
+  const int words = shift / 4;
+  if (words == 0) f(std::integral_constant<int, 0>{});
+  else if (words == 1) f(std::integral_constant<int, 1>{});
+  else if (words == 2) f(std::integral_constant<int, 2>{});
+  else f(std::integral_constant<int, 3>{});
+}
+
 // kCount parameters from `from` on, wherever it lies (load_param_pack's
-// unaligned sibling: a loose row's packs start at any column): the 16-byte
-// blocks they touch, read-only, their words shifted into place. One element
+// unaligned sibling: a loose row's packs start at any column). One element
 // load each cost 16 times a pack's L1 wavefronts (a warp's loads 16 bytes
 // apart) and the instructions: layer_norm's forward ran 1.4x its aligned
 // width's (NOTES).
 template <typename P, int kCount>
 __device__ __forceinline__ VecN<P, kCount> load_shifted(const P* from) {
-  constexpr int kBlocks = kCount * sizeof(P) / 16;
-  static_assert(kBlocks * 16 == kCount * sizeof(P), "whole 16-byte packs");
-  constexpr int kWords = 4 * kBlocks;
   const uintptr_t address = reinterpret_cast<uintptr_t>(from);
-  const uint4* const blocks = reinterpret_cast<const uint4*>(address & ~uintptr_t(15));
   const int shift = static_cast<int>(address & 15);
-  uint32_t w[kWords + 4];
-#pragma unroll
-  for (int k = 0; k <= kBlocks; ++k) {
-    // The block past the last is touched only when the elements are shifted.
-    const uint4 b = k < kBlocks || shift != 0 ? __ldg(blocks + k) : uint4{};
-    w[4 * k] = b.x, w[4 * k + 1] = b.y, w[4 * k + 2] = b.z, w[4 * k + 3] = b.w;
-  }
-  // Words shift / 4 along (a branch: the shift is the same in every thread
-  // of the block; selects or an index by a variable cost more), then the
-  // bytes shift % 4.
-  const int words = shift / 4, bits = 8 * (shift % 4);
-  uint32_t out[kWords];
-  const auto take = [&](auto along) {
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) out[k] = __funnelshift_r(w[k + along], w[k + along + 1], bits);
-  };
-  if (words == 0) take(std::integral_constant<int, 0>{});
-  else if (words == 1) take(std::integral_constant<int, 1>{});
-  else if (words == 2) take(std::integral_constant<int, 2>{});
-  else take(std::integral_constant<int, 3>{});
-  VecN<P, kCount> pack;
-  memcpy(&pack, out, sizeof(pack));
-  return pack;
+  using Words = ShiftedWords<P, kCount>;
+  const Words words(reinterpret_cast<const uint4*>(address & ~uintptr_t(15)), shift);
+  uint32_t out[Words::kOut];
+  with_word_shift(shift, [&](auto along) { words.template take<decltype(along)::value>(out); });
+  return Words::pack_of(out);
 }
+
+// A parameter row read at a loose row's packs (columns head + kVec * g):
+// the blocks of its first pack and their shift, the same for every pack, so
+// the branch on the shift is taken once a row, not once a pack.
+struct ShiftedParams {
+  const uint4* blocks;
+  int shift;
+  template <typename P>
+  __device__ ShiftedParams(const P* params, int head) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(params) + head * sizeof(P);  // params may be null
+    blocks = reinterpret_cast<const uint4*>(address & ~uintptr_t(15));
+    shift = static_cast<int>(address & 15);
+  }
+  // The pack at group g (kCount parameters kCount * g on).
+  template <typename P, int kCount, int kWords>
+  __device__ VecN<P, kCount> at(int g) const {
+    using Words = ShiftedWords<P, kCount>;
+    uint32_t out[Words::kOut];
+    Words(blocks + int64_t(g) * Words::kBlocks, shift).template take<kWords>(out);
+    return Words::pack_of(out);
+  }
+};
 
 // v[j] = op(v[j], params[first + j]) for a group, read as kVec-wide loads.
 template <int kVec, typename A, typename P, typename Op>
