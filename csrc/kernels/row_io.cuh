@@ -616,10 +616,11 @@ __device__ __forceinline__ VecN<P, kVec> load_param_pack(const P* params) {
 }
 
 // The 16-byte blocks that kCount parameters starting `shift` bytes into
-// `blocks` touch (0 <= shift < 16), read-only, as words; take<kWords>() the
-// parameters, their words taken kWords = shift / 4 along and shifted by the
-// rest. A row's packs are whole packs apart, so every pack a block reads of
-// a parameter row has the same shift (ShiftedParams).
+// `blocks` touch (0 <= shift < 16), read-only, as words; take<kWords>(out)
+// the parameters' words, taken kWords = shift / 4 along and shifted by the
+// rest; pack_of(out) the parameters. A row's packs are whole packs apart, so
+// every pack a block reads of a parameter row has the same shift
+// (ShiftedParams).
 template <typename P, int kCount>
 struct ShiftedWords {
   static constexpr int kBlocks = kCount * sizeof(P) / 16;
