@@ -336,8 +336,10 @@ struct RowThreads {
       value = block_allreduce<Op>(value, scratch);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (in_cluster()) {
-        const int blocks = count / int(blockDim.x), turn = exchanges_++;
-        cluster::push(value, turn, blocks, rank / int(blockDim.x));
+        // The cluster's registers, not count and rank over blockDim: walks
+        // hide those from the compiler, which would divide them every row.
+        const int blocks = cluster_blocks(), turn = exchanges_++;
+        cluster::push(value, turn, blocks, cluster_block_rank());
         during();
         return cluster::combine<Op>(cluster::collect<A>(turn), blocks);
       }
