@@ -209,9 +209,9 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     T* const loose_out = y + row * n + layout.loose.index;
     // The exponentials against the first value of the row's packs (loaded
     // with them: RowShares::head) and their sum, the next row's loads in
-    // flight during its exchange. No maximum: a sum of
-    // at most kShiftedSumMax bounds every exponential (H200, bf16 (512,
-    // 262144) 147.6 -> 144.0 µs).
+    // flight during its exchange. No maximum: a sum of at most
+    // kShiftedSumMax bounds every exponential (H200, bf16 (512, 262144)
+    // 147.6 -> 144.0 µs).
     const A shift = scale2 * word_element<T>(uint4{shares.head, 0, 0, 0}, 0);
     A mine = 0;
 #pragma unroll
