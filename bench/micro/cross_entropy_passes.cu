@@ -54,7 +54,8 @@ void run_shape(Timer& timer, int64_t rows, int64_t classes, const char* name, in
   CHECK(cudaMemcpy(target, host_target.data(), rows * 8, cudaMemcpyHostToDevice));
   const A host_one = 1;
   CHECK(cudaMemcpy(one, &host_one, sizeof(A), cudaMemcpyHostToDevice));
-  const CrossEntropyArgs<T> a{logits, target, rows, classes, -100, A(0)};
+  // Rows of whole packs (every shape here is), one after another.
+  const CrossEntropyArgs<T> a{logits, target, rows, classes, classes, -100, A(0), classes / kVec};
 
   std::printf("\n### %s (%lld, %lld): %.0f MiB of logits\n\n", name, (long long)rows, (long long)classes,
               bytes / (1 << 20));

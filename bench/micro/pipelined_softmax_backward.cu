@@ -18,7 +18,7 @@ template <typename T, int kPacks>
 void run(Timer& timer, const char* name, const T* dy, const T* y, T* dx, int64_t rows, int64_t n, float copy,
          float launcher, const std::vector<T>& launcher_dx) {
   constexpr int kVec = Vec16<T>::kSize;
-  const auto kernel = softmax_backward_pipelined_kernel<T, kPacks>;
+  const auto kernel = softmax_backward_pipelined_kernel<T, kPacks, false>;
   for (int threads : {128, 256, 512}) {
     const int64_t cluster = n / kVec / kPacks / threads;
     if (cluster < 2 || cluster > 16 || cluster * threads * kPacks * kVec != n) continue;
