@@ -537,7 +537,7 @@ __device__ __forceinline__ void wait_async_copies_but() {
 // A thread's packs of two rows (those of its groups below `whole`: x's and
 // dy's in the backwards) copied into its own slots (slot local(p)) of
 // `stage_x` and `stage_dy`, and read back once they landed (after
-// wait_async_copies): a kernel walking rows stages the next row so while it
+// wait_async_copies): a kernel walking rows stages the next row while it
 // writes this one. Each thread reads back only what it copied, so no barrier.
 template <int kPacks, bool kWarpRows, typename Pack>
 __device__ __forceinline__ void stage_packs(const RowThreads<kWarpRows>& threads, int whole, const Pack* x,
