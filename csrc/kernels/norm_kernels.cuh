@@ -258,8 +258,11 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
         for (int p = 0; p < kPacks; ++p)
           if (threads.group(p) < groups)
             packs[p] = kKeepInL2 ? load_keeping_in_l2(x + threads.group(p), keep) : x[threads.group(p)];
+        // Summed last pack first: ptxas then issues every load before the
+        // first sum (first pack first, float rms_norm's summed pack 0 as
+        // soon as its load was issued, before the next: NOTES).
 #pragma unroll
-        for (int p = 0; p < kPacks; ++p)
+        for (int p = kPacks - 1; p >= 0; --p)
           if (threads.group(p) < groups)
 #pragma unroll
             for (int j = 0; j < kVec; ++j) f(element(packs[p], j));
