@@ -359,6 +359,10 @@ def summary(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cell_key(c):
+    return c["op"], tuple(c["shape"]), c["dtype"], c["pass"]
+
+
 def table(rows) -> str:
     def fmt(v):
         return "" if v is None else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
@@ -416,9 +420,9 @@ def main():
     widths = args.widths and {int(w) for w in args.widths.split(",")}
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     for op in args.ops.split(","):  # saved after each op: a run cut short keeps what it measured
-        new = measure(defs, [op], dtypes, widths, meter)
-        done = {(c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) for c in new}
-        rows = [c for c in rows if (c["op"], tuple(c["shape"]), c["dtype"], c["pass"]) not in done] + new
+        # A cell measured again takes the old one's place in the table.
+        fresh = {cell_key(c): c for c in measure(defs, [op], dtypes, widths, meter)}
+        rows = [fresh.pop(cell_key(c), c) for c in rows] + list(fresh.values())
         text = title + table_markdown(*table(rows))
         save_json(name, {"environment": env, "cells": rows, "markdown": text})
     print(header(env))
