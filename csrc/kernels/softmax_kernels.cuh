@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     const PackedRow<kVec, kLoose> layout(x + row * n, n, threads.rank);
     const int groups = layout.packs;
     const bool loose = kLoose && layout.loose.held;
-    const A spare = shares.spare[0];
+    const A spare = shares.template spare_element<T>(0);
     const Pack* const in = reinterpret_cast<const Pack*>(layout.packs_of(x + row * n));
     Pack* const out = reinterpret_cast<Pack*>(layout.packs_of(y + row * n));
     T* const loose_out = y + row * n + layout.loose.index;
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     // flight during its exchange. No maximum: a sum of at most
     // kShiftedSumMax bounds every exponential (H200, bf16 (512, 262144)
     // 147.6 -> 144.0 µs).
-    const A shift = scale2 * word_element<T>(uint4{shares.head, 0, 0, 0}, 0);
+    const A shift = scale2 * shares.template head_element<T>();
     A mine = 0;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     const Words(&gs)[kPacks] = shares.words[1];
     const PackedRow<kVec, kLoose> layout(y + row * n, n, threads.rank);
     const int groups = layout.packs;
-    const A y_spare = shares.spare[0], g_spare = shares.spare[1];  // 0 where none is held
+    const A y_spare = shares.template spare_element<T>(0), g_spare = shares.template spare_element<T>(1);  // 0 where none is held
     A dot = y_spare * g_spare;  // packs past the row are zeros
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
