@@ -258,9 +258,9 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
         for (int p = 0; p < kPacks; ++p)
           if (threads.group(p) < groups)
             packs[p] = kKeepInL2 ? load_keeping_in_l2(x + threads.group(p), keep) : x[threads.group(p)];
-        // Summed last pack first, so ptxas issues every load before the
-        // first sum: first pack first, float rms_norm's kernels summed pack
-        // 0 before issuing pack 1's load. H200, µs (.probe's kernel A/B,
+        // Summed last pack first, so that ptxas issues every load before
+        // the first sum (summed in order, float rms_norm's kernels summed
+        // pack 0 before issuing pack 1's load). H200, µs (a kernel A/B,
         // NOTES): float32 rms_norm (8192, 16384) 277 -> 252, (8192, 12000)
         // 223 -> 185.
 #pragma unroll

@@ -431,9 +431,9 @@ __device__ __forceinline__ void load_packs(const RowThreads<kWarpRows>& threads,
 }
 
 // A thread's shares of one row of each of kInputs tensors: kPacks 16-byte
-// packs of each, held as words (word_element), its loose element of each
-// (PackedRow; 0 where it holds none), and the first word of the first
-// tensor's packs (the shift of layer_norm's sums and softmax's
+// packs of each, held as words (word_element), the bits of its loose
+// element of each (PackedRow; 0 where it holds none), and the first word of
+// the first tensor's packs (the shift of layer_norm's sums and softmax's
 // exponentials), loaded with them so that the row's sums need not wait for
 // it.
 template <int kInputs, int kPacks>

@@ -425,7 +425,8 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     const Words(&gs)[kPacks] = shares.words[1];
     const PackedRow<kVec, kLoose> layout(y + row * n, n, threads.rank);
     const int groups = layout.packs;
-    const A y_spare = shares.template spare_element<T>(0), g_spare = shares.template spare_element<T>(1);  // 0 where none is held
+    // 0 where none is held.
+    const A y_spare = shares.template spare_element<T>(0), g_spare = shares.template spare_element<T>(1);
     A dot = y_spare * g_spare;  // packs past the row are zeros
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
