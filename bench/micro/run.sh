@@ -26,8 +26,18 @@
 #   bash bench/micro/run.sh costly_folds     costly_folds.cu
 #   bash bench/micro/run.sh row_sums         row_sums.cu
 #   bash bench/micro/run.sh head_rows        head_rows.cu
+# --compile-all compiles every probe's own source (no GPU needed; CI runs it
+# so that probes do not go stale as the kernels' arguments change).
 set -euo pipefail
 cd "$(dirname "$0")"
+if [ "${1:-}" = --compile-all ]; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  ls ./*.cu | xargs -P "$(nproc)" -I{} sh -c \
+    'nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -c -o "$1/$(basename "$2" .cu).o" "$2" || exit 255' _ "$out" {}
+  echo "bench/micro: $(ls "$out" | wc -l) probes compiled"
+  exit 0
+fi
 case ${1:-} in
   cross_entropy) sources="cross_entropy_passes.cu ../../csrc/launch/cross_entropy.cu ../../csrc/launch/arrival_counters.cu" ;;
   wide_rows) sources="wide_rows.cu" ;;
