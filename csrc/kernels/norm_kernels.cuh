@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
     // layer_norm bf16, µs: (512, 262144) 163.2-164.0 -> 153.8-155.2, (1024,
     // 131072) 153.8-154.8 -> 146.7-148.2, (2048, 65536) 149.1-150.4 ->
     // 145.0-145.8; float32 (512, 131072) 148.2-148.8 -> 146.0-147.0).
-    const A shift = kCentered ? shares.template head_element<T>() : A(0);
+    const A shift = kCentered ? low_element<T>(shares.head) : A(0);
     A mean;
     const A rstd = row_rstd<kCentered>(
         n, a.eps, shift,

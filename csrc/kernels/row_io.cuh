@@ -61,6 +61,11 @@ __device__ __forceinline__ float word_element(const uint4& words, int j) {
     }
   }
 }
+// The element in a word's low bytes (RowShares' head and spare words).
+template <typename T>
+__device__ __forceinline__ float low_element(uint32_t word) {
+  return word_element<T>(uint4{word, 0, 0, 0}, 0);
+}
 template <typename T>
 __device__ __forceinline__ uint4 words_of(const float (&v)[16 / sizeof(T)]) {
   uint32_t w[4];
@@ -441,14 +446,6 @@ struct RowShares {
   uint4 words[kInputs][kPacks];
   uint32_t spare[kInputs];  // PackedRow::loose_bits_of
   uint32_t head;
-  template <typename T>
-  __device__ float spare_element(int i) const {
-    return word_element<T>(uint4{spare[i], 0, 0, 0}, 0);
-  }
-  template <typename T>
-  __device__ float head_element() const {
-    return word_element<T>(uint4{head, 0, 0, 0}, 0);
-  }
 };
 
 // The walk of the pipelined kernels (cluster k takes rows k, k + G, ... of

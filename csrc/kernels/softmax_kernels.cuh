@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     const PackedRow<kVec, kLoose> layout(x + row * n, n, threads.rank);
     const int groups = layout.packs;
     const bool loose = kLoose && layout.loose.held;
-    const A spare = shares.template spare_element<T>(0);
+    const A spare = low_element<T>(shares.spare[0]);
     const Pack* const in = reinterpret_cast<const Pack*>(layout.packs_of(x + row * n));
     Pack* const out = reinterpret_cast<Pack*>(layout.packs_of(y + row * n));
     T* const loose_out = y + row * n + layout.loose.index;
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     // flight during its exchange. No maximum: a sum of at most
     // kShiftedSumMax bounds every exponential (H200, bf16 (512, 262144)
     // 147.6 -> 144.0 µs).
-    const A shift = scale2 * shares.template head_element<T>();
+    const A shift = scale2 * low_element<T>(shares.head);
     A mine = 0;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     const PackedRow<kVec, kLoose> layout(y + row * n, n, threads.rank);
     const int groups = layout.packs;
     // 0 where none is held.
-    const A y_spare = shares.template spare_element<T>(0), g_spare = shares.template spare_element<T>(1);
+    const A y_spare = low_element<T>(shares.spare[0]), g_spare = low_element<T>(shares.spare[1]);
     A dot = y_spare * g_spare;  // packs past the row are zeros
 #pragma unroll
     for (int p = 0; p < kPacks; ++p)
