@@ -87,11 +87,12 @@ def add_layer_norm_against_torch(x, w, b):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 12000, 40000, 262144])
+@pytest.mark.parametrize("n", [768, 12000, 12001, 40000, 262144])
 def test_rows_far_from_zero(device, dtype, n):
     # Rows whose mean is far above their spread, a ramp, and a first element
     # 300 deviations out (on the GPU, 768: warp rows; 12000: a block's
-    # registers; 40000 and 262144: rows across a cluster): neither the mean
+    # registers; 12001: loose rows, read twice but float16 layer_norm's;
+    # 40000 and 262144: rows across a cluster): neither the mean
     # nor the output may round at the scale of the values. With a residual,
     # h = x + residual is the row.
     x = (1000 + torch.randn(6, n, device=device)).to(dtype)
@@ -105,7 +106,7 @@ def test_rows_far_from_zero(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 1000, 12000, 16384, 40000, 262144])
+@pytest.mark.parametrize("n", [768, 1000, 12000, 12001, 16384, 40000, 262144])
 def test_statistics_whatever_the_first_value(device, dtype, n):
     # On the GPU a row's deviations from its first value are summed in one
     # reduction while the mean lies within sqrt(8) deviations of that value,
@@ -113,7 +114,7 @@ def test_statistics_whatever_the_first_value(device, dtype, n):
     # rows whose first value lies 0 to 300 deviations out, on both sides of
     # the bound, through every row kernel (768: warp rows, staged for half
     # types; 1000: not whole packs; 12000 and 16384: a block, floats read
-    # twice; 40000 and 262144: clusters).
+    # twice; 12001: loose rows read twice; 40000 and 262144: clusters).
     spreads = [0.0, 1.0, 2.6, 3.0, -3.0, 10.0, 300.0]
     x = 500 + torch.randn(len(spreads), n, device=device)
     x[:, 0] = 500 + torch.tensor(spreads, device=device)
@@ -126,7 +127,7 @@ def test_statistics_whatever_the_first_value(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 1000, 12000, 262144])
+@pytest.mark.parametrize("n", [768, 1000, 12000, 12001, 262144])
 def test_rows_with_values_far_out(device, dtype, n):
     # Single values 10^3-10^4 deviations out (the massive activations of
     # LLMs' hidden states), first, mid-row, last, or many of 300: every
@@ -145,7 +146,7 @@ def test_rows_with_values_far_out(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [260, 768, 1000, 1600, 2049, 4096, 65536])
+@pytest.mark.parametrize("n", [260, 768, 1000, 1600, 2049, 4096, 8191, 65536])
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 1.0])
 def test_rows_whose_squares_overflow(device, dtype, n, eps):
     # Values of 1e30: the sum of squared deviations overflows float, so the
@@ -876,16 +877,19 @@ def test_short_rows_backward(device, dtype, n, rows):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("n, layout, rows", [(1025, "odd", 19), (4095, "odd", 19), (4095, "odd", 5), (8191, "odd", 19),
-                                             (16383, "odd", 19), (4096, "offset", 19), (4096, "weight_offset", 19),
-                                             (8200, "weight_offset", 19), (4095, "bias_offset", 19)])
+                                             (12001, "odd", 7), (16383, "odd", 19), (4096, "offset", 19),
+                                             (6000, "offset", 19), (4096, "weight_offset", 19),
+                                             (8200, "weight_offset", 19), (4095, "bias_offset", 19),
+                                             (12001, "bias_offset", 7)])
 def test_rows_not_whole_packs_every_option(device, dtype, n, layout, rows):
     # Rows past a warp that are not whole 16-byte packs: odd widths (each row
     # starting at another place in its pack), an input at storage offset 1
     # (every row alike), parameters at offset 1 beside aligned rows, or the
     # bias at offset 3 beside an aligned weight (their shifts a different
     # number of words: layer_norm's forward shifts each alone). CUDA
-    # reads them in packs from each row's first boundary (16383 float rows:
-    # too wide for that, the shared-memory kernels). Every parameter
+    # reads them in packs from each row's first boundary, the forwards
+    # without a residual of 4097-16384 (bf16 layer_norm's past 8192) read
+    # twice, four or eight packs a thread. Every parameter
     # combination, float32 parameters beside half rows, and the fused adds
     # with their residual gradient, forward and backward against float64.
     # Five rows of 4095: fewer than the classes of rows that start alike (8),

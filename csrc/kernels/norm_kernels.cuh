@@ -237,8 +237,10 @@ constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 // switchable; NOTES, thirty-fifth session): rms_norm 136.2-136.4 with none,
 // 131.5-131.7 with the keep, 129.1-129.4 with the streaming second read too,
 // 127.6-127.7 with the streaming store too; layer_norm 141.9-142.1,
-// 134.3-134.7, 130.0-130.2, 128.2-128.6.
-template <typename T, int kPacks, typename Math, bool kKeepInL2>
+// 134.3-134.7, 130.0-130.2, 128.2-128.6. kLoose: rows that are not whole
+// packs (PackedRow), the loose element held through the sums, the
+// parameters read shifted to the row's packs (with_loose_params).
+template <typename T, int kPacks, typename Math, bool kKeepInL2, bool kLoose = false>
 __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(NormForwardArgs<T> a) {
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
@@ -246,9 +248,11 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
   constexpr int kVec = Pack::kSize;
   const RowThreads<false> threads(a.rows);
   const int64_t offset = threads.row * a.n;
-  const Pack* const x = reinterpret_cast<const Pack*>(a.x + offset);
-  const int groups = static_cast<int>(a.n / kVec);
+  const PackedRow<kVec, kLoose> layout(a.x + offset, static_cast<int>(a.n), threads.rank);
+  const Pack* const x = layout.packs_of(a.x + offset);
+  const int groups = layout.packs;
   const uint64_t keep = kKeepInL2 ? l2_keep_policy() : 0;
+  const A spare = layout.loose_of(a.x + offset);  // held through the sums, not read again
   A mean;
   const A rstd = row_rstd<kCentered>(
       a.n, a.eps, kCentered ? static_cast<A>(a.x[offset]) : A(0),
@@ -268,23 +272,38 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
           if (threads.group(p) < groups)
 #pragma unroll
             for (int j = 0; j < kVec; ++j) f(element(packs[p], j));
+        if (kLoose && layout.loose.held) f(spare);
       },
       [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
   const RowNormalizer<T, A> normalize(mean, rstd);
-  uint4* const out = reinterpret_cast<uint4*>(a.y + offset);
+  const bool weighted = a.weight != nullptr, biased = kCentered && a.bias;
+  uint4* const out = reinterpret_cast<uint4*>(layout.packs_of(a.y + offset));
+  const auto write = [&](auto weight_at, auto bias_at) {
 #pragma unroll
-  for (int p = 0; p < kPacks; ++p) {
-    const int g = threads.group(p);
-    if (g >= groups) continue;
-    const Pack v = load_streaming(x + g);
-    const Pack w = a.weight ? reinterpret_cast<const Pack*>(a.weight)[g] : Pack{};
-    const Pack b = kCentered && a.bias ? reinterpret_cast<const Pack*>(a.bias)[g] : Pack{};
-    A result[kVec];
+    for (int p = 0; p < kPacks; ++p) {
+      const int g = threads.group(p);
+      if (g >= groups) continue;
+      const Pack v = load_streaming(x + g);
+      const Pack w = a.weight ? weight_at(g) : Pack{};
+      const Pack b = kCentered && a.bias ? bias_at(g) : Pack{};
+      A result[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j)
-      result[j] = normalize(element(v, j)) * (a.weight ? element(w, j) : A(1)) +
-                  (kCentered && a.bias ? element(b, j) : A(0));
-    store_streaming(out + g, words_of<T>(result));
+      for (int j = 0; j < kVec; ++j)
+        result[j] = normalize(element(v, j)) * (a.weight ? element(w, j) : A(1)) +
+                    (kCentered && a.bias ? element(b, j) : A(0));
+      store_streaming(out + g, words_of<T>(result));
+    }
+  };
+  if constexpr (kLoose) {
+    with_loose_params<T, kVec>(a.weight, a.bias, layout.head, weighted, biased, write);
+    if (layout.loose.held) {
+      const int64_t i = layout.loose.index;
+      a.y[offset + i] = static_cast<T>(normalize(spare) * (weighted ? static_cast<A>(a.weight[i]) : A(1)) +
+                                       (biased ? static_cast<A>(a.bias[i]) : A(0)));
+    }
+  } else {
+    write([&](int g) { return reinterpret_cast<const Pack*>(a.weight)[g]; },
+          [&](int g) { return reinterpret_cast<const Pack*>(a.bias)[g]; });
   }
   if (threads.rank == 0) {
     if constexpr (kCentered) a.mean[threads.row] = mean;

@@ -7,7 +7,8 @@
 // reads from column 0, are read as the 16-byte blocks around each of the
 // row's packs, shifted into place (row_io.cuh's ShiftedParams and
 // load_shifted; from L1: every block reads them). No residual: the launcher
-// adds it in a pass first.
+// adds it in a pass first. The forwards of rows past 4096 (bf16 layer_norm's
+// past 8192) are read twice instead (norm_forward_reread_kernel's kLoose).
 #pragma once
 
 #include "norm_kernels.cuh"
@@ -94,19 +95,7 @@ __global__ void __launch_bounds__(kRowThreadsMax, 2) norm_forward_loose_kernel(N
       store_pack<T>(&out[g], result);
     }
   };
-  // The parameters' shift is the row's (ShiftedParams): one branch on it a
-  // row where weight and bias agree in whole words (parameters of one
-  // 16-byte aligned allocation always do), else one a pack and parameter.
-  const ShiftedParams weight(a.weight, layout.head), bias(a.bias, layout.head);
-  if (!weighted || !biased || weight.shift / 4 == bias.shift / 4) {
-    with_word_shift(weighted ? weight.shift : bias.shift, [&](auto words) {
-      constexpr int kWords = decltype(words)::value;
-      write([&](int g) { return weight.at<P, kVec, kWords>(g); }, [&](int g) { return bias.at<P, kVec, kWords>(g); });
-    });
-  } else {
-    write([&](int g) { return load_shifted<P, kVec>(a.weight + layout.head + g * kVec); },
-          [&](int g) { return load_shifted<P, kVec>(a.bias + layout.head + g * kVec); });
-  }
+  with_loose_params<P, kVec>(a.weight, a.bias, layout.head, weighted, biased, write);
   if (layout.loose.held) {
     const int64_t i = layout.loose.index;
     A v = normalize(spare);

@@ -717,6 +717,27 @@ struct ShiftedParams {
   }
 };
 
+// Calls write(weight_at, bias_at), each giving the kVec parameters of a
+// loose row's pack group g (columns head + kVec * g on, ShiftedParams): one
+// branch on the shift a row where weight and bias agree in whole words
+// (parameters of one 16-byte aligned allocation always do), else one a pack
+// and parameter. `weighted` and `biased` say which the caller reads.
+template <typename P, int kVec, typename Write>
+__device__ __forceinline__ void with_loose_params(const P* weight, const P* bias, int head, bool weighted,
+                                                  bool biased, Write&& write) {
+  const ShiftedParams weights(weight, head), biases(bias, head);
+  if (!weighted || !biased || weights.shift / 4 == biases.shift / 4) {
+    with_word_shift(weighted ? weights.shift : biases.shift, [&](auto words) {
+      constexpr int kWords = decltype(words)::value;
+      write([&](int g) { return weights.at<P, kVec, kWords>(g); },
+            [&](int g) { return biases.at<P, kVec, kWords>(g); });
+    });
+  } else {
+    write([&](int g) { return load_shifted<P, kVec>(weight + head + g * kVec); },
+          [&](int g) { return load_shifted<P, kVec>(bias + head + g * kVec); });
+  }
+}
+
 // v[j] = op(v[j], params[first + j]) for a group, read as kVec-wide loads.
 template <int kVec, typename A, typename P, typename Op>
 __device__ __forceinline__ void apply_params(const P* params, int64_t first, A (&v)[kVec], Op op) {

@@ -247,6 +247,25 @@ template <typename T, typename Math>
 constexpr int64_t kRereadRowMin = sizeof(T) == 4 ? kRereadRowMax / 2
                                   : Math::kCentered ? kRereadRowMax / 2 + 1
                                                     : kRereadRowMax / 4 + 1;
+// Loose rows (row_io.cuh's PackedRow: odd widths, or rows off a 16-byte
+// boundary) read twice: rms_norm's and float layer_norm's from
+// kRereadRowMax / 4 + 1, bf16 layer_norm's from kRereadRowMin as aligned
+// ones. Eight packs a thread past kRereadRowMax / 2 and for float
+// layer_norm (at four, its 58 registers leave two blocks of 512 an SM; at
+// eight, four of 256), the L2 keep hint where aligned rows take it. H200,
+// kernel µs, in registers (the launcher) -> read twice
+// (bench/micro/loose_reread.cu, two runs): float32 rms_norm (4096, 8191)
+// 66.8 -> 65.9-66.2, (8192, 6001) 105.6 -> 94.4-94.5, (8192, 12001) 258.4
+// -> 185.5-185.7, (8192, 16383) 334.5 -> 253.9-254.8; layer_norm 77.0 ->
+// 71.4-72.1, 121.5 -> 98.9-99.1, 270.7 -> 204.1-204.4, 351.5 ->
+// 283.9-284.2; bf16 rms_norm (8192, 6001) 52.8 -> 48.8-49.0, (4096, 8191)
+// 34.7 -> 33.9-34.0, (8192, 12001) 113.6 -> 95.5-95.6, (8192, 16383) 140.2
+// -> 129.9-130.1; layer_norm (8192, 12001) 123.4 -> 110.4-110.6, (8192,
+// 16383) 151.3 -> 145.3-145.4. At (8192, 4095) float rows lost 2-4% and
+// bf16 rms_norm tied; bf16 layer_norm rows of 4095-8191 lost 6-10%.
+template <typename T, typename Math>
+constexpr int64_t kLooseRereadRowMin = sizeof(T) == 2 && Math::kCentered ? kRereadRowMin<T, Math>
+                                                                         : kRereadRowMax / 4 + 1;
 template <typename T, typename Math>
 constexpr bool kReadsTwice = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> ||
                              (std::is_same_v<T, __half> && !Math::kCentered);
@@ -427,6 +446,16 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         const auto kernel = wide ? norm_forward_reread_kernel<T, kWidePacks, Math, true>
                                  : norm_forward_reread_kernel<T, 4, Math, kFloat>;
         kernel<<<a.rows, block_lane_threads(n / Vec16<T>::kSize, wide ? kWidePacks : 4), 0, stream>>>(a);
+        return cudaGetLastError();
+      }
+    if constexpr (kReadsTwice<T, Math>)
+      if (!a.residual && n >= kLooseRereadRowMin<T, Math> && n <= kRereadRowMax &&
+          !packable<T>(n, {a.x, a.y, a.weight, a.bias}) && same_pack_offset({a.x, a.y})) {
+        constexpr bool kFloat = sizeof(T) == 4;
+        const bool eight = (kFloat && Math::kCentered) || n > kRereadRowMax / 2;
+        const auto kernel = eight ? norm_forward_reread_kernel<T, 8, Math, true, true>
+                                  : norm_forward_reread_kernel<T, 4, Math, kFloat, true>;
+        kernel<<<a.rows, block_lane_threads(loose_row_packs<Vec16<T>::kSize>(n), eight ? 8 : 4), 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
