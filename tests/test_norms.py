@@ -72,7 +72,12 @@ def layer_norm_against_torch(x, w, b, outputs=3):
     ours = torch.ops.fastreduce.layer_norm(x, [n], w, b)
     theirs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
     for k in range(outputs):
-        error_vs_reference(ours[k], theirs[k], reference[k])
+        # float statistics may miss by an ulp of their size, whatever the
+        # order of the sums (a mean of 1475: 1.2e-4).
+        floor = None
+        if k > 0 and ours[k].dtype == torch.float32:
+            floor = max(1e-5, torch.finfo(torch.float32).eps * reference[k].abs().max().item())
+        error_vs_reference(ours[k], theirs[k], reference[k], floor)
 
 
 def add_layer_norm_against_torch(x, w, b):
