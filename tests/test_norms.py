@@ -151,7 +151,7 @@ def test_rows_with_values_far_out(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [260, 768, 1000, 1600, 2049, 4096, 8191, 65536])
+@pytest.mark.parametrize("n", [260, 768, 1000, 1600, 2049, 4096, 8191, 8192, 65536])
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 1.0])
 def test_rows_whose_squares_overflow(device, dtype, n, eps):
     # Values of 1e30: the sum of squared deviations overflows float, so the
@@ -1051,9 +1051,11 @@ def torch_add_norm(kind, x, r, shape, w, b, eps):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1, 33, 768, 1000, 1500, 4096, 20000, 65536, 262144])
+@pytest.mark.parametrize("n", [1, 33, 768, 1000, 1500, 4096, 8192, 12000, 16384, 20000, 65536, 262144])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
 def test_add_norm_forward_and_backward(device, dtype, n, kind):
+    # On the GPU, 8192 (two-byte and float) and two-byte 12000 and 16384 run
+    # the forward read twice, h written by the first read and read back.
     check_add_norm(device, dtype, 3 if n > 4096 else 29, n, kind)
 
 

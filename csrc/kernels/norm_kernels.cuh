@@ -223,6 +223,20 @@ __device__ __forceinline__ WalkSlots<T, kVec> copy_to_walk_slots(const NormForwa
 template <typename T, int kPacks>
 constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 
+// x + residual rounded to T, a 16-byte pack (float accumulators, rounded as
+// words: words_of).
+template <typename T>
+__device__ __forceinline__ Vec16<T> rounded_sum(const Vec16<T>& x, const Vec16<T>& residual) {
+  constexpr int kVec = Vec16<T>::kSize;
+  opmath_t<T> sums[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) sums[j] = element(x, j) + element(residual, j);
+  const uint4 words = words_of<T>(sums);
+  Vec16<T> pack;
+  memcpy(&pack, &words, sizeof(pack));
+  return pack;
+}
+
 // ---- One block per row, read twice (rows without a residual: two-byte
 // rms_norm's 4097-16384, layer_norm's bf16 8193-16384, float 8192-16384 of
 // both, eight packs a thread past 8192 floats): the first read takes
@@ -239,9 +253,12 @@ constexpr bool kPrefetchingWalk = kPacks == 8 && sizeof(T) >= 4;
 // 127.6-127.7 with the streaming store too; layer_norm 141.9-142.1,
 // 134.3-134.7, 130.0-130.2, 128.2-128.6. kLoose: rows that are not whole
 // packs (PackedRow), the loose element held through the sums, the
-// parameters read shifted to the row's packs (with_loose_params).
-template <typename T, int kPacks, typename Math, bool kKeepInL2, bool kLoose = false>
+// parameters read shifted to the row's packs (with_loose_params). kAdd: the
+// row is h = x + residual, written by the first read (kKeepInL2: asking L2
+// to keep it) and read back by the second.
+template <typename T, int kPacks, typename Math, bool kKeepInL2, bool kLoose = false, bool kAdd = false>
 __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(NormForwardArgs<T> a) {
+  static_assert(!(kLoose && kAdd), "the launcher adds a loose row's residual in a pass first");
   constexpr bool kCentered = Math::kCentered;
   using A = opmath_t<T>;
   using Pack = Vec16<T>;
@@ -250,31 +267,60 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
   const int64_t offset = threads.row * a.n;
   const PackedRow<kVec, kLoose> layout(a.x + offset, static_cast<int>(a.n), threads.rank);
   const Pack* const x = layout.packs_of(a.x + offset);
+  Pack* const h = kAdd ? reinterpret_cast<Pack*>(a.residual_out + offset) : nullptr;
+  const Pack* const row = kAdd ? h : x;  // the row the second read normalizes
   const int groups = layout.packs;
   const uint64_t keep = kKeepInL2 ? l2_keep_policy() : 0;
   const A spare = layout.loose_of(a.x + offset);  // held through the sums, not read again
+  // Summed last pack first, so that ptxas issues every load before the first
+  // sum (summed in order, float rms_norm's kernels summed pack 0 before
+  // issuing pack 1's load). H200, µs (a kernel A/B, NOTES): float32 rms_norm
+  // (8192, 16384) 277 -> 252, (8192, 12000) 223 -> 185.
+  const auto sum_packs = [&](auto f, const Pack(&packs)[kPacks]) {
+#pragma unroll
+    for (int p = kPacks - 1; p >= 0; --p)
+      if (threads.group(p) < groups)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) f(element(packs[p], j));
+    if (kLoose && layout.loose.held) f(spare);
+  };
+  const A first = kCentered ? static_cast<A>(a.x[offset]) + (kAdd ? static_cast<A>(a.residual[offset]) : A(0)) : A(0);
   A mean;
   const A rstd = row_rstd<kCentered>(
-      a.n, a.eps, kCentered ? static_cast<A>(a.x[offset]) : A(0),
+      a.n, a.eps, first,
       [&](auto f) {
+        Pack packs[kPacks];
+        if constexpr (kAdd) {
+          // h = x + residual, stored asking L2 to keep it for the second
+          // read; every load issued before the first store, which the
+          // compiler could not move them past.
+          const Pack* const residual = reinterpret_cast<const Pack*>(a.residual + offset);
+          Pack adds[kPacks];
+#pragma unroll
+          for (int p = 0; p < kPacks; ++p)
+            if (threads.group(p) < groups) packs[p] = x[threads.group(p)], adds[p] = residual[threads.group(p)];
+#pragma unroll
+          for (int p = 0; p < kPacks; ++p)
+            if (threads.group(p) < groups) {
+              packs[p] = rounded_sum(packs[p], adds[p]);
+              store_keeping_in_l2(h + threads.group(p), packs[p], keep);
+            }
+        } else {
+#pragma unroll
+          for (int p = 0; p < kPacks; ++p)
+            if (threads.group(p) < groups)
+              packs[p] = kKeepInL2 ? load_keeping_in_l2(x + threads.group(p), keep) : x[threads.group(p)];
+        }
+        sum_packs(f, packs);
+      },
+      [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean,
+      [&](auto f) {  // row_variance's rare second pass: the row again (h, with kAdd)
         Pack packs[kPacks];
 #pragma unroll
         for (int p = 0; p < kPacks; ++p)
-          if (threads.group(p) < groups)
-            packs[p] = kKeepInL2 ? load_keeping_in_l2(x + threads.group(p), keep) : x[threads.group(p)];
-        // Summed last pack first, so that ptxas issues every load before
-        // the first sum (summed in order, float rms_norm's kernels summed
-        // pack 0 before issuing pack 1's load). H200, µs (a kernel A/B,
-        // NOTES): float32 rms_norm (8192, 16384) 277 -> 252, (8192, 12000)
-        // 223 -> 185.
-#pragma unroll
-        for (int p = kPacks - 1; p >= 0; --p)
-          if (threads.group(p) < groups)
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) f(element(packs[p], j));
-        if (kLoose && layout.loose.held) f(spare);
-      },
-      [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean);
+          if (threads.group(p) < groups) packs[p] = row[threads.group(p)];
+        sum_packs(f, packs);
+      });
   const RowNormalizer<T, A> normalize(mean, rstd);
   const bool weighted = a.weight != nullptr, biased = kCentered && a.bias;
   uint4* const out = reinterpret_cast<uint4*>(layout.packs_of(a.y + offset));
@@ -283,7 +329,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
     for (int p = 0; p < kPacks; ++p) {
       const int g = threads.group(p);
       if (g >= groups) continue;
-      const Pack v = load_streaming(x + g);
+      const Pack v = load_streaming(row + g);
       const Pack w = a.weight ? weight_at(g) : Pack{};
       const Pack b = kCentered && a.bias ? bias_at(g) : Pack{};
       A result[kVec];

@@ -120,6 +120,24 @@ __device__ __forceinline__ P load_keeping_in_l2(const P* p, uint64_t policy) {
   return *p;
 }
 
+// A store asking L2 to keep the line (the fused add's h, read back by the
+// same block: norm_forward_reread_kernel).
+template <typename P>
+__device__ __forceinline__ void store_keeping_in_l2(P* p, const P& value, uint64_t policy) {
+#if __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(P) == 16) {
+    uint4 v;
+    memcpy(&v, &value, sizeof(P));
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+                 :
+                 : "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(policy)
+                 : "memory");
+    return;
+  }
+#endif
+  *p = value;
+}
+
 template <typename P>
 __device__ __forceinline__ P load_streaming(const P* p) {
   if constexpr (sizeof(P) == 16) {

@@ -458,6 +458,24 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         kernel<<<a.rows, block_lane_threads(loose_row_packs<Vec16<T>::kSize>(n), eight ? 8 : 4), 0, stream>>>(a);
         return cudaGetLastError();
       }
+    // Two-byte rows of 8192-16384 with the add, and float rows of 8192: read
+    // twice too, h written by the first read with the keep hint and read
+    // back from L2 by the second. H200, kernel µs, in registers (the
+    // launcher) -> read twice (bench/micro/add_reread.cu, two runs): bf16
+    // add_layer_norm (4096, 8192) 71.8-71.9 -> 66.0-66.3, (8192, 16384)
+    // 298.4-300.1 -> 259.9-260.4, add_rms_norm 65.3-65.4 -> 65.0-65.2,
+    // 283.7-284.6 -> 257.2-258.1; float32 (4096, 8192) add_layer_norm
+    // 131.1-131.4 -> 130.1-130.4, add_rms_norm 130.7-131.4 -> 128.4-128.7.
+    // (8192, 4096) and (4096, 6144) tied (bf16 add_rms_norm (8192, 4096)
+    // 65.3-65.6 -> 64.3-64.7); without the hint, or with x and the residual
+    // loaded streaming, 1-7% slower.
+    if constexpr (kReadsTwice<T, Math>)
+      if (a.residual && n >= kRereadRowMax / 2 && n <= int64_t(4) * kRowThreadsMax * Vec16<T>::kSize &&
+          packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias})) {
+        norm_forward_reread_kernel<T, 4, Math, true, false, true>
+            <<<a.rows, block_lane_threads(n / Vec16<T>::kSize), 0, stream>>>(a);
+        return cudaGetLastError();
+      }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
     const size_t weight_bytes = a.weight ? sizeof(Vec16<T>) : 0;
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;
