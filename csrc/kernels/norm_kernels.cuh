@@ -303,7 +303,8 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
           for (int p = 0; p < kPacks; ++p)
             if (threads.group(p) < groups) {
               packs[p] = rounded_sum(packs[p], adds[p]);
-              store_keeping_in_l2(h + threads.group(p), packs[p], keep);
+              if (kKeepInL2) store_keeping_in_l2(h + threads.group(p), packs[p], keep);
+              else h[threads.group(p)] = packs[p];
             }
         } else {
 #pragma unroll
