@@ -468,8 +468,11 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // 131.1-131.4 -> 130.1-130.4, add_rms_norm 130.7-131.4 -> 128.4-128.7.
     // (8192, 4096) and (4096, 6144) tied (bf16 add_rms_norm (8192, 4096)
     // 65.3-65.6 -> 64.3-64.7); without the hint, or with x and the residual
-    // loaded streaming, 1-7% slower.
-    if constexpr (kReadsTwice<T, Math>)
+    // loaded streaming, 1-7% slower. float16, the launcher before -> after
+    // (a launcher probe, NOTES): add_rms_norm (4096, 8192) 67.0-68.0 ->
+    // 64.5-65.9, (8192, 16384) 286.7-289.5 -> 257.8-259.4, add_layer_norm
+    // (4096, 8192) 70.4-71.4 -> 66.0-66.7.
+    if constexpr (sizeof(T) <= 4)
       if (a.residual && n >= kRereadRowMax / 2 && n <= int64_t(4) * kRowThreadsMax * Vec16<T>::kSize &&
           packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias})) {
         norm_forward_reread_kernel<T, 4, Math, true, false, true>
