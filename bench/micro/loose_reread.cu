@@ -19,21 +19,12 @@ void run(Timer& timer, int64_t rows, int64_t n) {
   constexpr int kVec = Vec16<T>::kSize;
   ForwardCase<T, Math> c(timer, rows, n, /*fused_add=*/false);
   const auto time_kernel = [&](auto kernel, int packs, const char* what) {
-    const int threads = rows::block_lane_threads(loose_row_packs<kVec>(n), packs);
-    if (threads == 0) return;
-    int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-    CHECK(cudaMemset(c.args.y, 0, c.buffers.bytes()));
-    const float us = timer.median_us([&] { kernel<<<rows, threads>>>(c.args); });
-    std::printf("| %s | %s | (%lld, %lld) | %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
-                c.name, c.dtype, (long long)rows, (long long)n, threads, packs, what, registers(kernel), per_sm,
-                c.copy_us, c.launcher_us, us, c.launcher_us / us, c.difference());
+    c.time_kernel(timer, kernel, rows::block_lane_threads(loose_row_packs<kVec>(n), packs), packs, what);
   };
   time_kernel(norm_forward_reread_kernel<T, 4, Math, true, true>, 4, "read twice, L2 keep");
   time_kernel(norm_forward_reread_kernel<T, 4, Math, false, true>, 4, "read twice");
   time_kernel(norm_forward_reread_kernel<T, 8, Math, true, true>, 8, "read twice, L2 keep");
-  std::printf("| %s | %s | (%lld, %lld) | | launcher again | | | | %.1f | | |\n", c.name, c.dtype, (long long)rows,
-              (long long)n, c.time_launcher(timer));
+  c.launcher_again(timer);
 }
 
 template <typename T>
@@ -47,9 +38,7 @@ void shapes(Timer& timer) {
 
 int main() {
   Timer timer;
-  std::printf(
-      "| norm | dtype | shape | threads x packs | kernel | registers | copy µs | launcher µs | kernel µs | "
-      "launcher / kernel | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  forward_table_header();
   for (int pass = 0; pass < 2; ++pass) {
     shapes<float>(timer);
     shapes<__nv_bfloat16>(timer);

@@ -87,4 +87,31 @@ struct ForwardCase {
   }
   // The largest |y| difference of the last kernel run from the launcher's.
   float difference() const { return largest_difference(args.y, launcher_y); }
+  // One row of the reread probes' table (forward_table_header): `kernel`
+  // launched a block a row of `threads`, `packs` a thread, with `shared`
+  // bytes of dynamic shared memory, y zeroed first.
+  template <typename Kernel>
+  void time_kernel(Timer& timer, Kernel kernel, int threads, int packs, const char* what, size_t shared = 0) {
+    if (threads == 0) return;
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
+    CHECK(cudaMemset(args.y, 0, buffers.bytes()));
+    const float us = timer.median_us([&] { kernel<<<args.rows, threads, shared>>>(args); });
+    std::printf("| %s | %s | (%lld, %lld) | %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
+                name, dtype, (long long)args.rows, (long long)args.n, threads, packs, what, registers(kernel), per_sm,
+                copy_us, launcher_us, us, launcher_us / us, difference());
+  }
+  // The launcher timed again after the kernels (its first time follows the
+  // last case's kernels).
+  void launcher_again(Timer& timer) {
+    std::printf("| %s | %s | (%lld, %lld) | | launcher again | | | | %.1f | | |\n", name, dtype, (long long)args.rows,
+                (long long)args.n, time_launcher(timer));
+  }
 };
+
+inline void forward_table_header() {
+  std::printf(
+      "| norm | dtype | shape | threads x packs | kernel | registers | copy µs | launcher µs | kernel µs | "
+      "launcher / kernel | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+}

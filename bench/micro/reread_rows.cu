@@ -23,16 +23,7 @@ void run(Timer& timer, int64_t rows, int64_t n) {
   ForwardCase<T, Math> c(timer, rows, n, /*fused_add=*/false);
   const int threads = rows::block_lane_threads(n / kVec);
   const auto time_kernel = [&](auto kernel, int threads_here, int packs, size_t shared, const char* what) {
-    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-    int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads_here, shared));
-    cudaFuncAttributes attributes;
-    CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    CHECK(cudaMemset(c.args.y, 0, c.buffers.bytes()));
-    const float us = timer.median_us([&] { kernel<<<rows, threads_here, shared>>>(c.args); });
-    std::printf("| %s | %s | (%lld, %lld) | %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
-                c.name, c.dtype, (long long)rows, (long long)n, threads_here, packs, what, attributes.numRegs, per_sm,
-                c.copy_us, c.launcher_us, us, c.launcher_us / us, c.difference());
+    c.time_kernel(timer, kernel, threads_here, packs, what, shared);
   };
   // The row in registers as the launcher ran it (three packs a thread where
   // they hold the row): layer_norm compiled for both parameters; rms_norm
@@ -72,10 +63,7 @@ void run(Timer& timer, int64_t rows, int64_t n) {
   read_twice(std::integral_constant<int, 2>{}, threads * 2);
   read_twice(std::integral_constant<int, 4>{}, threads);
   read_twice(std::integral_constant<int, 8>{}, threads / 2);
-  // The launcher timed again after the kernels (its first time follows the
-  // last case's kernels).
-  std::printf("| %s | %s | (%lld, %lld) | | launcher again | | | | %.1f | | |\n", c.name, c.dtype, (long long)rows,
-              (long long)n, c.time_launcher(timer));
+  c.launcher_again(timer);
 }
 
 template <typename T>
@@ -94,9 +82,7 @@ void shapes(Timer& timer) {
 
 int main() {
   Timer timer;
-  std::printf(
-      "| norm | dtype | shape | threads x packs | kernel | registers | copy µs | launcher µs | kernel µs | "
-      "launcher / kernel | max |y diff| |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  forward_table_header();
   for (int pass = 0; pass < 2; ++pass) {
     shapes<__nv_bfloat16>(timer);
     shapes<__half>(timer);
