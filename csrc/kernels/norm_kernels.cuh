@@ -239,7 +239,8 @@ __device__ __forceinline__ Vec16<T> rounded_sum(const Vec16<T>& x, const Vec16<T
 
 // ---- One block per row, read twice (rows without a residual: two-byte
 // rms_norm's 4097-16384, layer_norm's bf16 8193-16384, float 8192-16384 of
-// both, eight packs a thread past 8192 floats): the first read takes
+// both, eight packs a thread past 8192 floats; loose rows and rows with the
+// add too: the launcher, norms.cu): the first read takes
 // the sums without holding the row, the second normalizes it from L2, streaming
 // it and the output past L2. A thread holds one read's packs, not the row
 // through the reduction: rms_norm at 16384 takes 32 registers and four blocks
