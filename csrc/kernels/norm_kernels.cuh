@@ -317,10 +317,15 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_reread_kernel(Nor
       },
       [&](auto v) { return threads.template allreduce<SumOp<decltype(v)>>(v); }, mean,
       [&](auto f) {  // row_variance's rare second pass: the row again (h, with kAdd)
+        // x with the first read's keep hint: loaded plainly, float and bf16
+        // layer_norm's loose eight-pack kernels took 82 and 80 registers for
+        // 64 (three blocks of 256 an SM for four; float32 (4096, 8191) 72 ->
+        // 82 µs, H200, NOTES).
         Pack packs[kPacks];
 #pragma unroll
         for (int p = 0; p < kPacks; ++p)
-          if (threads.group(p) < groups) packs[p] = row[threads.group(p)];
+          if (threads.group(p) < groups)
+            packs[p] = !kAdd && kKeepInL2 ? load_keeping_in_l2(row + threads.group(p), keep) : row[threads.group(p)];
         sum_packs(f, packs);
       });
   const RowNormalizer<T, A> normalize(mean, rstd);
