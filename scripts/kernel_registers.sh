@@ -11,7 +11,7 @@ base=${1:-HEAD}
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'git worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-git worktree add -f --detach "$work/base" "$base" >/dev/null
+git worktree add -q -f --detach "$work/base" "$base" >/dev/null
 
 # "kernel registers spill-bytes" a line, sorted, for the tree at $1.
 usage() {
