@@ -16,15 +16,16 @@ git worktree add -q -f --detach "$work/base" "$base" >/dev/null
 # "kernel registers spill-bytes" a line, sorted, for the tree at $1.
 usage() {
   for source in "$1"/csrc/launch/*.cu; do
-    nvcc -std=c++17 -O3 --expt-relaxed-constexpr -lineinfo -arch=sm_90 -Xptxas -v -c -o /dev/null "$source" 2>&1
+    nvcc -std=c++17 -O3 --expt-relaxed-constexpr -lineinfo -arch=sm_90 -Xptxas -v -c -o /dev/null "$source" 2>&1 || exit 1
   done | awk '
     /Compiling entry function/ { name = $0; sub(/.*function \047/, "", name); sub(/\047.*/, "", name) }
     /bytes spill stores/ { spill = $5 }
     /Used [0-9]+ registers/ && name != "" { print name, $5, spill; name = "" }' | sort -u
 }
 usage "$work/base" > "$work/before" &
+base_job=$!
 usage . > "$work/after"
-wait
+wait "$base_job"
 changed=$(join -a1 -a2 -e - -o 0,1.2,1.3,2.2,2.3 "$work/before" "$work/after" | awk '$2 != $4 || $3 != $5')
 if [[ -z $changed ]]; then
   echo "registers and spills unchanged from $base ($(wc -l < "$work/after") kernels)"
