@@ -685,6 +685,45 @@ struct ShiftedWords {
   }
 };
 
+// Words [kFirst, kFirst + kLeft) from `base` (16-byte aligned) into w, in
+// the widest aligned loads that touch no other word.
+template <int kFirst, int kLeft>
+__device__ __forceinline__ void load_words(const uint32_t* base, uint32_t* w) {
+  if constexpr (kLeft > 0) {
+    if constexpr (kFirst % 4 == 0 && kLeft >= 4) {
+      const uint4 b = __ldg(reinterpret_cast<const uint4*>(base + kFirst));
+      w[0] = b.x, w[1] = b.y, w[2] = b.z, w[3] = b.w;
+      load_words<kFirst + 4, kLeft - 4>(base, w + 4);
+    } else if constexpr (kFirst % 2 == 0 && kLeft >= 2) {
+      const uint2 b = __ldg(reinterpret_cast<const uint2*>(base + kFirst));
+      w[0] = b.x, w[1] = b.y;
+      load_words<kFirst + 2, kLeft - 2>(base, w + 2);
+    } else {
+      w[0] = __ldg(base + kFirst);
+      load_words<kFirst + 1, kLeft - 1>(base, w + 1);
+    }
+  }
+}
+
+// kCount parameters starting kWords words (shift bytes) into the 16-byte
+// `blocks`. float32 parameters of a float32 row's pack (one block) lie whole
+// words off, so only their own words are read: layer_norm's two blocks each
+// of weight and bias held 64 registers and cost 3-7% (H200, float32 (8192,
+// 4095) 71.0 -> 68.1 µs, (16384, 1601) 60.0 -> 55.6; NOTES). Beside a
+// two-byte row's pack (two blocks) reading only the words was 1-3% slower,
+// and two-byte parameters may lie half a word off: those take the blocks.
+template <typename P, int kCount, int kWords>
+__device__ __forceinline__ VecN<P, kCount> shifted_pack(const uint4* blocks, int shift) {
+  using Words = ShiftedWords<P, kCount>;
+  uint32_t out[Words::kOut];
+  if constexpr (sizeof(P) == 4 && Words::kBlocks == 1) {
+    load_words<kWords, Words::kOut>(reinterpret_cast<const uint32_t*>(blocks), out);
+  } else {
+    Words(blocks, shift).template take<kWords>(out);
+  }
+  return Words::pack_of(out);
+}
+
 // Calls f(std::integral_constant<int, shift / 4>) (shift in bytes, below
 // 16): a branch, taken the same way by every thread of a block where the
 // shift is the block's; selects or an index by a variable cost more.
@@ -728,10 +767,7 @@ struct ShiftedParams {
   // The pack at group g (kCount parameters kCount * g on).
   template <typename P, int kCount, int kWords>
   __device__ VecN<P, kCount> at(int g) const {
-    using Words = ShiftedWords<P, kCount>;
-    uint32_t out[Words::kOut];
-    Words(blocks + int64_t(g) * Words::kBlocks, shift).template take<kWords>(out);
-    return Words::pack_of(out);
+    return shifted_pack<P, kCount, kWords>(blocks + int64_t(g) * ShiftedWords<P, kCount>::kBlocks, shift);
   }
 };
 
