@@ -219,6 +219,54 @@ def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype
         close_to_reference(x.grad, ref_grad, scale=ref_grad.abs().max().item() + 1e-3)
 
 
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape, dtype", [((16, 50304), torch.bfloat16), ((16, 50257), torch.bfloat16),
+                                          ((16, 40000), torch.float32)],
+                         ids=["bfloat16-16x50304", "bfloat16-16x50257", "float32-16x40000"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_cross_entropy_gradient_in_forward_wide_rows_against_their_first(shape, dtype, reduction, smoothing,
+                                                                         inplace):
+    # Wide rows (a cluster's) take their exponentials against their first
+    # logit, and the rows that it cannot shift again against their largest:
+    # a first logit far below the rest or far above, huge logits tied and
+    # spread, logits past 2^24, +inf, NaN, rows of -inf with one finite
+    # logit or none, a first logit of -inf. Loss and gradient against
+    # float64, NaN where torch's are, rows of both kinds in one launch.
+    n, v = shape
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    logits = torch.randn(shape, device="cuda", generator=gen) * 3
+    logits[1, 0] = -100.0
+    logits[2, 0] = 100.0
+    logits[3] = 3e4
+    logits[4] = logits[4] * 300 + 5e5
+    logits[5] = logits[5] * 1e7
+    logits[6, 777] = float("inf")
+    logits[7, 123] = float("nan")
+    logits[8] = float("-inf")
+    logits[8, 5] = 0.5
+    logits[9] = float("-inf")
+    logits[10, 0] = float("-inf")
+    logits = logits.to(dtype)
+    target = torch.randint(0, v, (n,), device="cuda", generator=gen)
+    target[:4] = torch.tensor([0, 0, 0, v - 1])
+    target[8], target[11], target[12] = 5, -100, v - 1
+    x = logits.clone().requires_grad_(True)
+    loss = fr.cross_entropy(x * 1, target, reduction=reduction, label_smoothing=smoothing, inplace_backward=inplace)
+    x64 = logits.double().requires_grad_(True)
+    ref = F.cross_entropy(x64, target, reduction=reduction, label_smoothing=smoothing)
+    rtol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(loss.double(), ref.detach(), equal_nan=True, rtol=rtol, atol=rtol)
+    g = torch.rand_like(ref) + 0.5
+    loss.backward(g.to(dtype))
+    (ref_grad,) = torch.autograd.grad(ref, x64, g)
+    assert torch.equal(x.grad.isnan(), ref_grad.isnan())
+    finite = ~ref_grad.isnan()
+    close_to_reference(x.grad[finite], ref_grad[finite], scale=ref_grad[finite].abs().max().item() + 1e-3)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("classes, pitch", [(53, 64), (1000, 1003)])

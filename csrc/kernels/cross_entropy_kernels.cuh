@@ -9,8 +9,9 @@
 // The forward and backward kernels run one block per row: vocabulary rows
 // are long (50k-256k), rows are many. The forward_backward kernel does both
 // when the gradient is known in the forward (the loss's own, scaled later),
-// its blocks looping over rows that they keep on chip between the two reads
-// (the longest rows split over a cluster of blocks).
+// its blocks looping over rows that they keep on chip between the two reads:
+// in shared memory (the longest split over a cluster of blocks), or in the
+// registers of a cluster (the pipelined kernel: rows past one block).
 #pragma once
 
 #include <limits>
@@ -281,6 +282,19 @@ struct LossFold {
   unsigned int* arrivals;
 };
 
+// Each block's sum of its rows' losses (thread 0's) into fold.loss, which
+// the last block to finish divides by `divisor`: in block order.
+template <typename T, typename A>
+__device__ void fold_loss(const LossFold<T>& fold, A block_loss, A divisor, A* scratch) {
+  if (!fold.loss) return;
+  if (threadIdx.x == 0) fold.block_sums[blockIdx.x] = block_loss;
+  if (!last_to_arrive(fold.arrivals, gridDim.x)) return;
+  A total = 0;
+  for (int64_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) total += load_from_other_block(fold.block_sums + b);
+  total = block_allreduce<SumOp<A>>(total, scratch);
+  if (threadIdx.x == 0) *fold.loss = static_cast<T>(total / divisor);
+}
+
 // The forward and the gradient of grad_scale * (the summed row losses) in
 // one kernel (grad_scale null: 1), written over the logits when grad_input
 // is the logits. Two passes over memory instead of a forward's and a
@@ -383,13 +397,172 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
         if (next_packs) copy16_async(cache + i, next_packs + i);
     });
   }
-  if (!fold.loss) return;
-  if (tid == 0) fold.block_sums[blockIdx.x] = block_loss;
-  if (!last_to_arrive(fold.arrivals, gridDim.x)) return;
-  A total = 0;
-  for (int64_t b = tid; b < gridDim.x; b += stride) total += load_from_other_block(fold.block_sums + b);
-  total = block_allreduce<SumOp<A>>(total, scratch);
-  if (tid == 0) *fold.loss = static_cast<T>(total / divisor);
+  fold_loss(fold, block_loss, divisor, scratch);
+}
+
+// Element j of pack p of a thread's packs held as words (word_element),
+// for p and j known only at run time: selected, not indexed, so that the
+// packs stay in registers.
+template <typename T, int kPacks>
+__device__ __forceinline__ float element_at(const uint4 (&packs)[kPacks], int p, int j) {
+  uint4 pack = packs[0];
+#pragma unroll
+  for (int q = 1; q < kPacks; ++q) pack = q == p ? packs[q] : pack;
+  constexpr int kPerWord = 4 / sizeof(T);
+  const int w = j / kPerWord;
+  const uint32_t word = w == 0 ? pack.x : w == 1 ? pack.y : w == 2 ? pack.z : pack.w;
+  return low_element<T>(j % kPerWord ? word >> 16 : word);
+}
+
+// cross_entropy_forward_backward_kernel for rows past one block's registers,
+// laid out as softmax_forward_pipelined_kernel's: clusters walk their rows,
+// holding kPacks 16-byte packs a thread as the words they read, and load the
+// next row while this row's sum is in flight between the blocks, so the
+// logits are read once and the gradient written once with nothing staged.
+// One exchange a row, as the softmax's: the exponentials against the row's
+// first logit (a sum of at most kShiftedSumMax bounds each), which the
+// gradient recomputes. The thread holding the target's logit (rank 0 where
+// none does) makes the row's loss; a block folds its threads' losses at the
+// end. Rows that the shift cannot take (a logit far above the first, inf or
+// NaN: rare) are read again from memory and taken against their largest
+// logit. kLoose: rows that are not whole packs (PackedRow). The outputs and
+// the loss fold are those of the kernel above.
+template <typename T, int kPacks, bool kLoose>
+__global__ void __launch_bounds__(kRowThreadsMax)
+    cross_entropy_forward_backward_pipelined_kernel(CrossEntropyArgs<T> a, const float* __restrict__ grad_scale,
+                                                    bool mean, float* __restrict__ lse,
+                                                    float* __restrict__ row_loss, LossFold<T> fold, T* grad_input) {
+  static_assert(std::is_same_v<opmath_t<T>, float>, "two- or four-byte logits");
+  constexpr int kVec = Vec16<T>::kSize;
+  using A = float;
+  using Pack = uint4;  // kVec logits as words (word_element)
+  const A log2e = static_cast<A>(kLog2e);
+  __shared__ A scratch[kWarpSize];
+  RowThreads<false> threads(a.rows);
+  const int classes = static_cast<int>(a.classes);
+  const int64_t row_groups = gridDim.x / cluster_blocks();
+  // The gradient's factors of a kept row (once the rows are counted), and
+  // this thread's losses, its rows in order.
+  A divisor = 0, soft_scale = 0, smooth = 0, hit = 0, thread_loss = 0;
+  bool counted = false;
+  // Each row's target is loaded a row ahead (loaded where it is used: H200,
+  // bf16 (1024, 262144) 282 -> 299 µs, (4096, 151936) 807 -> 875).
+  int64_t next_target = a.target[threads.row];
+  const auto step = [&](int64_t row, const auto& shares, auto&& fetch_next) {
+    const Pack(&packs)[kPacks] = shares.words[0];
+    const T* const x = a.logits + row * a.row_stride;
+    T* const dx = grad_input + row * a.row_stride;
+    const PackedRow<kVec, kLoose> layout(x, classes, threads.rank);
+    const int groups = layout.packs;
+    const bool loose = kLoose && layout.loose.held;
+    const A spare = low_element<T>(shares.spare[0]);
+    const int64_t t = next_target;
+    if (row + row_groups < a.rows) next_target = a.target[row + row_groups];
+    // The target's logit, taken in a branch that the other warps skip
+    // (selected from every element, it cost 4 of 18 instructions an element:
+    // bf16 (4096, 128256) 626 µs against the pipelined softmax's 528, H200).
+    // threads.count is a power of two, as the launcher's blocks and clusters.
+    const int64_t past_head = t - layout.head - threads.rank * int64_t(kVec);
+    const bool holds_target = (past_head >= 0 && past_head < int64_t(kPacks) * threads.count * kVec &&
+                               (past_head / kVec & (threads.count - 1)) == 0 &&
+                               t < layout.head + int64_t(groups) * kVec) ||
+                              (loose && layout.loose.index == t);
+    A target_logit = spare;
+    if (__builtin_expect(holds_target && !(loose && layout.loose.index == t), 0))
+      target_logit = element_at<T>(packs, static_cast<int>(past_head / kVec) / threads.count,
+                                   static_cast<int>(past_head % kVec));
+    // The row's loss: the target's holder's, rank 0's where no thread holds
+    // it (a target outside the classes: NaN).
+    const bool makes_loss = holds_target || (threads.rank == 0 && (t < 0 || t >= a.classes));
+    const A first = low_element<T>(shares.head);
+    const A shift = log2e * first;
+    const A mine = shifted_exp_sum<T>(threads, packs, groups, loose, spare, log2e, shift);
+    const A exps = threads.template allreduce<SumOp<A>>(mine, fetch_next);
+    if (!counted) {  // here, the next row's loads in flight
+      // A mean's rows not ignored, counted by the whole cluster (one block's
+      // threads alone took bf16 (8192, 32000) from 300 to 346 µs, H200).
+      divisor = A(1);
+      if (mean) {
+        A kept = 0;
+        for (int64_t r = threads.rank; r < a.rows; r += threads.count) kept += a.target[r] != a.ignore_index;
+        divisor = threads.template allreduce<SumOp<A>>(kept);
+      }
+      soft_scale = (grad_scale ? *grad_scale : A(1)) / divisor;  // inf when no row is kept: every row's is 0
+      smooth = soft_scale * a.smoothing / static_cast<A>(a.classes);
+      hit = target_hit(soft_scale, a.smoothing, a.classes, smooth);
+      counted = true;
+    }
+    A total = 0;  // the logits' plain sum: label smoothing's term of the loss
+    if (a.smoothing != A(0)) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (threads.group(p) < groups)
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) total += word_element<T>(packs[p], j);
+      if (loose) total += spare;
+      total = threads.template allreduce<SumOp<A>>(total);
+    }
+    const bool kept = t != a.ignore_index;
+    const auto record = [&](const LseState<A>& state) {
+      if (threads.rank == 0) lse[row] = row_lse(state);
+      if (makes_loss) {
+        const A loss = row_loss_of(a, target_logit, state, t);
+        if (row_loss) row_loss[row] = loss;
+        thread_loss += loss;
+      }
+    };
+    // The same in every block of the cluster, so all make the same exchanges.
+    if (fma_shift_in_range(shift) && exps <= A(kShiftedSumMax)) {  // false for inf and NaN
+      // The sum against `first` itself: the shift's rounding (exact by an fma) taken out.
+      if (threads.rank == 0 || makes_loss) record({first, exps * exp2_acc(-fmaf(first, log2e, -shift)), total});
+      // exps is in [1/2, 2^96]: the fast division's range.
+      const A soft = kept ? __fdividef(soft_scale, exps) : A(0), row_smooth = kept ? smooth : A(0);
+      Pack* const out = reinterpret_cast<Pack*>(layout.packs_of(dx));
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        if (threads.group(p) >= groups) continue;
+        A result[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j)
+          result[j] = soft * exp2_acc(log2e * word_element<T>(packs[p], j) - shift) - row_smooth;
+        out[threads.group(p)] = words_of<T>(result);
+      }
+      if (loose) dx[layout.loose.index] = static_cast<T>(soft * exp2_acc(log2e * spare - shift) - row_smooth);
+      // The target's class written again, by the thread that wrote it.
+      if (holds_target && kept)
+        dx[t] = static_cast<T>(soft * exp2_acc(log2e * target_logit - shift) - row_smooth - hit);
+    } else {
+      const VecN<T, kVec>* const in = layout.packs_of(x);
+      const auto for_each = [&](auto&& f) {
+#pragma unroll 1
+        for (int k = threads.rank; k < groups; k += threads.count) {
+          A u[kVec];
+          widen(in[k], u);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) f(u[j]);
+        }
+        if (loose) f(spare);
+      };
+      A top = -std::numeric_limits<A>::infinity();
+      for_each([&](A v) { top = max_or_nan(top, v); });
+      top = threads.template allreduce<MaxOp<A>>(top);
+      const A top_shift = top == -std::numeric_limits<A>::infinity() ? A(0) : top;  // as absorb's
+      A sum = 0;
+      for_each([&](A v) { sum += exp_shifted(v, top_shift); });
+      const LseState<A> state{top, threads.template allreduce<SumOp<A>>(sum), total};
+      record(state);
+      const A g = kept ? soft_scale : A(0);
+      const RowGradient<A> gradient(a, t, g, g, row_lse(state));
+      VecN<T, kVec>* const out = layout.packs_of(dx);
+#pragma unroll 1
+      for (int k = threads.rank; k < groups; k += threads.count)
+        out[k] = gradient.pack(layout.head + int64_t(k) * kVec, in[k]);
+      if (loose)
+        dx[layout.loose.index] = gradient.pack(layout.loose.index, VecN<T, 1>{{x[layout.loose.index]}}).elem[0];
+    }
+  };
+  walk_pipelined<kPacks, kLoose>(threads, a.rows, classes, a.row_stride, {a.logits}, step);
+  if (fold.loss) fold_loss(fold, block_allreduce<SumOp<A>>(thread_loss, scratch), divisor, scratch);
 }
 
 // reduction None: out[r] = row_loss[r] in T (any grid). Mean/Sum: one block

@@ -668,7 +668,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) norm_forward_pipelined_kernel(
   const WalkSlots<T, kVec> slots = copy_to_walk_slots<kPacks, kVec, Math, true>(a, threads, groups);
   const Words* const weight_words = reinterpret_cast<const Words*>(slots.weight);
   const Words* const bias_words = reinterpret_cast<const Words*>(slots.bias);
-  walk_pipelined<kPacks>(threads, a.rows, a.n, {a.x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+  walk_pipelined<kPacks>(threads, a.rows, a.n, a.n, {a.x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
     const Words(&packs)[kPacks] = shares.words[0];
     const int64_t offset = row * a.n;
     // The row's first value as the shift (row_variance), loaded with the

@@ -17,6 +17,7 @@
 
 #include "block_reduce.cuh"
 #include "cluster_exchange.cuh"
+#include "row_math.cuh"
 
 namespace fastreduce {
 
@@ -467,25 +468,26 @@ struct RowShares {
 };
 
 // The walk of the pipelined kernels (cluster k takes rows k, k + G, ... of
-// `inputs`, rows of n elements of 16-byte packs, loose rows with kLoose):
+// `inputs`, rows of n elements of 16-byte packs `stride` elements apart,
+// loose rows with kLoose):
 // each thread holds its shares of a row (RowShares), and step(row, shares,
 // fetch_next) computes and writes that row, calling fetch_next while its
 // sums are in flight between the blocks. The first call loads the following
 // row's shares beside the current ones; later calls (a second exchange) do
 // nothing.
 template <int kPacks, bool kLoose = false, typename T, int kInputs, typename Step>
-__device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64_t rows, int64_t n,
+__device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64_t rows, int64_t n, int64_t stride,
                                                const T* const (&inputs)[kInputs], Step&& step) {
   using Shares = RowShares<kInputs, kPacks>;
   const auto load = [&](int64_t row, Shares& shares) {
-    const PackedRow<16 / sizeof(T), kLoose> layout(inputs[0] + row * n, static_cast<int>(n), threads.rank);
+    const PackedRow<16 / sizeof(T), kLoose> layout(inputs[0] + row * stride, static_cast<int>(n), threads.rank);
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) {
-      const T* const input = inputs[i] + row * n;
+      const T* const input = inputs[i] + row * stride;
       load_packs(threads, reinterpret_cast<const uint4*>(layout.packs_of(input)), layout.packs, shares.words[i]);
       shares.spare[i] = layout.loose_bits_of(input);
     }
-    shares.head = *reinterpret_cast<const uint32_t*>(layout.packs_of(inputs[0] + row * n));
+    shares.head = *reinterpret_cast<const uint32_t*>(layout.packs_of(inputs[0] + row * stride));
   };
   const int64_t row_groups = gridDim.x / cluster_blocks();
   Shares shares, next;
@@ -505,6 +507,23 @@ __device__ __forceinline__ void walk_pipelined(RowThreads<false>& threads, int64
     threads.row = following;
     shares = next;
   }
+}
+
+// The sum of exp2(scale2 * x - shift) over a thread's share of a walked
+// row: its packs among the row's `groups` (RowShares' words) and its loose
+// element `spare` where it holds one (the pipelined softmax's and
+// cross-entropy's exponentials against the row's first value).
+template <typename T, int kPacks>
+__device__ __forceinline__ float shifted_exp_sum(const RowThreads<false>& threads, const uint4 (&packs)[kPacks],
+                                                 int groups, bool loose, float spare, float scale2, float shift) {
+  float sum = 0;
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p)
+    if (threads.group(p) < groups)
+#pragma unroll
+      for (int j = 0; j < 16 / int(sizeof(T)); ++j) sum += exp2_acc(scale2 * word_element<T>(packs[p], j) - shift);
+  if (loose) sum += exp2_acc(scale2 * spare - shift);
+  return sum;
 }
 
 // load_packs for a row of which only the first `valid` elements are read

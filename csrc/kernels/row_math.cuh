@@ -40,6 +40,10 @@ template <typename A>
 __device__ __forceinline__ bool fma_shift_in_range(A top) {
   return fabs(top) < A(16777216);
 }
+// A sum of exponentials against a shift (a row's first value, not its
+// largest) of at most 2^96: none of them is larger, and its reciprocal is a
+// normal float.
+constexpr float kShiftedSumMax = 0x1p96f;
 // scale * x rounded on its own (never fused into a following subtraction),
 // so the row's largest scaled value equals the max taken over them exactly.
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }

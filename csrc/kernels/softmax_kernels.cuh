@@ -57,10 +57,6 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
     dx[offset + i] = static_cast<T>(i < valid ? scale * ys[i] * (gs[i] - dot) : A(0));
 }
 
-// A sum of exponentials against a shift of at most 2^96: none of them is
-// larger, and its reciprocal is a normal float.
-constexpr float kShiftedSumMax = 0x1p96f;
-
 // Softmax with the row in registers, converted to A once and overwritten by
 // its exponentials, so each element costs one exp2 (a second pass of exp2 and
 // conversions cost 10-25% at rows of 1600-8192 bf16: bench/micro/softmax_rows).
@@ -198,7 +194,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   using Pack = uint4;  // kVec elements as words (word_element)
   RowThreads<false> threads(rows);
   const A scale2 = scale * static_cast<A>(kLog2e);
-  walk_pipelined<kPacks, kLoose>(threads, rows, n, {x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+  walk_pipelined<kPacks, kLoose>(threads, rows, n, n, {x}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
     const Pack(&packs)[kPacks] = shares.words[0];
     const PackedRow<kVec, kLoose> layout(x + row * n, n, threads.rank);
     const int groups = layout.packs;
@@ -213,13 +209,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     // kShiftedSumMax bounds every exponential (H200, bf16 (512, 262144)
     // 147.6 -> 144.0 µs).
     const A shift = scale2 * low_element<T>(shares.head);
-    A mine = 0;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p)
-      if (threads.group(p) < groups)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) mine += exp2_acc(scale2 * word_element<T>(packs[p], j) - shift);
-    if (loose) mine += exp2_acc(scale2 * spare - shift);
+    const A mine = shifted_exp_sum<T>(threads, packs, groups, loose, spare, scale2, shift);
     const A total = threads.template allreduce<SumOp<A>>(mine, fetch_next);
     // The same in every block of the cluster, so all make the same exchanges.
     if (fma_shift_in_range(shift) && total <= A(kShiftedSumMax)) {  // false for inf and NaN
@@ -420,7 +410,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
   using A = float;
   using Words = uint4;  // a pack held as words (word_element)
   RowThreads<false> threads(rows);
-  walk_pipelined<kPacks, kLoose>(threads, rows, n, {y, dy}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
+  walk_pipelined<kPacks, kLoose>(threads, rows, n, n, {y, dy}, [&](int64_t row, const auto& shares, auto&& fetch_next) {
     const Words(&ys)[kPacks] = shares.words[0];
     const Words(&gs)[kPacks] = shares.words[1];
     const PackedRow<kVec, kLoose> layout(y + row * n, n, threads.rank);

@@ -39,18 +39,18 @@ CrossEntropyArgs<T> kernel_args(const CrossEntropyShape& shape, const void* logi
           static_cast<opmath_t<T>>(shape.label_smoothing), packs};
 }
 
-// Calls f(kVec, packs): 16-byte packs where the buffers' rows start equally
-// far from a 16-byte boundary (each row's loose classes around them; none
-// when every row starts on one and is whole packs), else single classes.
+// Calls f(RowVec, packs): 16-byte packs where the buffers' rows start
+// equally far from a 16-byte boundary (loose rows: each row's loose classes
+// around them; whole rows: every row starts on one and is whole packs), else
+// single classes.
 template <typename T, typename F>
 cudaError_t with_row_packs(const CrossEntropyShape& shape, std::initializer_list<const void*> buffers, F&& f) {
   constexpr int kVec = Vec16<T>::kSize;
   const int64_t classes = shape.classes;
-  if (packable<T>(shape.row_stride, buffers) && classes % kVec == 0)
-    return f(std::integral_constant<int, kVec>{}, classes / kVec);
+  if (packable<T>(shape.row_stride, buffers) && classes % kVec == 0) return f(RowVec<kVec>{}, classes / kVec);
   if (same_pack_offset(buffers) && classes >= kVec)
-    return f(std::integral_constant<int, kVec>{}, loose_row_packs<kVec>(classes));
-  return f(std::integral_constant<int, 1>{}, classes);
+    return f(RowVec<kVec, true>{}, loose_row_packs<kVec>(classes));
+  return f(RowVec<1>{}, classes);
 }
 
 }  // namespace
@@ -147,6 +147,24 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
     return with_row_packs<T>(shape, {logits, grad_input}, [&](auto vec, int64_t packs) {
       constexpr int kVec = decltype(vec)::value;
       const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target, packs);
+      // Rows past one block's registers: the pipelined kernel, in the blocks
+      // that the pipelined softmax takes. H200, bench/micro's cross_entropy
+      // probe, a mean, µs, the kernel below -> pipelined: bf16 (4096, 128256)
+      // 638 -> 536, (8192, 50304) 484 -> 448, (1024, 262144) 343 -> 284,
+      // (8192, 32000) 343 -> 274, (4096, 151936) 828 -> 811, (8192, 20480)
+      // 260 -> 198, (4096, 200064) 1080 -> 956; float32 (4096, 128256) 1154
+      // -> 1045, (8192, 50304) 900 -> 845. (The pipelined softmax over the
+      // first five's bytes: 528, 427, 276, 264, 758.)
+      if constexpr (std::is_same_v<A, float> && kVec > 1) {
+        if (const PipelinedBlocks blocks = pipelined_blocks_of<T>(packs); blocks.cluster) {
+          constexpr bool kLoose = decltype(vec)::loose;
+          return launch_pipelined(cross_entropy_forward_backward_pipelined_kernel<T, kPipelinedPacks, kLoose>,
+                                  shape.rows, blocks.cluster, 0, stream,
+                                  std::make_tuple(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
+                                                  static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input)),
+                                  blocks.threads);
+        }
+      }
       const auto kernel = cross_entropy_forward_backward_kernel<T, kVec, false>;
       // Rows that fit twice per SM run in blocks of at most 512 threads, two
       // or more per SM, each row wholly in shared memory. Longer rows run one
@@ -167,8 +185,10 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
         return cudaLaunchKernelEx(&config, which, a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
                                   static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input), cached, prefetch);
       };
-      // Rows past kSplitRowBytes run split over the cluster (2 to 16 blocks of
-      // 256 threads, each caching its share whole, two or more to an SM) of
+      // Rows past kSplitRowBytes that the pipelined kernel leaves (float rows
+      // up to 16384 or past 131072, two-byte rows past 262144) run split over
+      // the cluster (2 to 16 blocks of 256 threads, each caching its share
+      // whole, two or more to an SM) of
       // which most run at once, the smaller on ties (float accumulators):
       // more, shorter rows in flight. Not where that keeps fewer rows in
       // flight than half the SMs while one block would cache most of the row.

@@ -403,21 +403,25 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // 156.5 against 159.2), or elements of eight bytes.
 constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
 // The smallest cluster of `threads`-thread blocks, `packs` packs a thread,
-// that holds rows of n elements past one block's registers; 0 where none of
-// up to kClusterBlocksMax does, the rows are not whole packs (nor loose rows,
-// where kLoose allows them: with_row_vec), or clusters do not exist.
+// that holds rows of `groups` 16-byte packs past one block's registers; 0
+// where none of up to kClusterBlocksMax does, or clusters do not exist.
+template <typename T>
+int smallest_pipelined_cluster(int64_t groups, int threads, int packs) {
+  if (sizeof(T) > 4 || groups <= int64_t(kRowThreadsMax) * 4 || !cluster_launch_supported()) return 0;
+  for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2)
+    if (groups <= int64_t(cluster) * threads * packs) return cluster;
+  return 0;
+}
+// The 16-byte packs of a row of n elements in `buffers`: 0 where the rows
+// are not whole packs (nor loose rows, where kLoose allows them: with_row_vec).
 template <typename T, bool kLoose = false>
-int smallest_pipelined_cluster(int64_t n, std::initializer_list<const void*> buffers, int threads, int packs) {
-  if (sizeof(T) > 4 || !cluster_launch_supported()) return 0;
+int64_t pipelined_groups(int64_t n, std::initializer_list<const void*> buffers) {
   int64_t groups = 0;
   with_row_vec<T, kLoose>(n, buffers, [&](auto vec) {
     if constexpr (decltype(vec)::value > 1) groups = row_packs<decltype(vec)>(n);
     return cudaSuccess;
   });
-  if (groups <= int64_t(kRowThreadsMax) * 4) return 0;
-  for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2)
-    if (groups <= int64_t(cluster) * threads * packs) return cluster;
-  return 0;
+  return groups;
 }
 struct PipelinedBlocks {
   int threads, cluster;  // {0, 0}: not pipelined
@@ -432,12 +436,16 @@ struct PipelinedBlocks {
 // layer_norm 134.3-134.5 -> 132.7-133.0. Sixteen blocks of 128 where eight
 // of 256 do lost (bf16 131072 wide: rms_norm 136.5-136.8 -> 138.8-139.6).
 constexpr int kPipelinedBlocksMin = 8;
-template <typename T, bool kLoose = false>
-PipelinedBlocks pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
-  const int cluster = smallest_pipelined_cluster<T, kLoose>(n, buffers, kPipelinedThreads, kPipelinedPacks);
+template <typename T>
+PipelinedBlocks pipelined_blocks_of(int64_t groups) {
+  const int cluster = smallest_pipelined_cluster<T>(groups, kPipelinedThreads, kPipelinedPacks);
   if (cluster == 0 || (sizeof(T) > 2 && cluster <= 2)) return {0, 0};
   if (cluster >= kPipelinedBlocksMin) return {kPipelinedThreads, cluster};
   return {kPipelinedThreads * cluster / kPipelinedBlocksMin, kPipelinedBlocksMin};
+}
+template <typename T, bool kLoose = false>
+PipelinedBlocks pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
+  return pipelined_blocks_of<T>(pipelined_groups<T, kLoose>(n, buffers));
 }
 
 // A pipelined kernel in clusters of `cluster` blocks of `threads` with

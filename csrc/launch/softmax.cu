@@ -40,10 +40,12 @@ cudaError_t launch_softmax_lanes(int64_t causal, int64_t rows, int64_t n, std::i
 constexpr int kBackwardPipelinedPacks = 4;
 template <typename T>
 PipelinedBlocks backward_pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
-  if constexpr (sizeof(T) == 2)
+  if constexpr (sizeof(T) == 2) {
+    const int64_t groups = pipelined_groups<T, true>(n, buffers);
     for (int threads : {kPipelinedThreads, kRowThreadsMax})
-      if (const int cluster = smallest_pipelined_cluster<T, true>(n, buffers, threads, kBackwardPipelinedPacks))
+      if (const int cluster = smallest_pipelined_cluster<T>(groups, threads, kBackwardPipelinedPacks))
         return {threads, cluster};
+  }
   return {0, 0};
 }
 
