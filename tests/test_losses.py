@@ -191,15 +191,16 @@ def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, dtype", [((37, 262144), torch.bfloat16), ((3, 240008), torch.bfloat16),
                                           ((300, 131072), torch.float32), ((300, 50304), torch.bfloat16),
-                                          ((200, 128256), torch.bfloat16)],
+                                          ((200, 128256), torch.bfloat16), ((64, 151936), torch.bfloat16)],
                          ids=["bfloat16-37x262144", "bfloat16-3x240008", "float32-300x131072", "bfloat16-300x50304",
-                              "bfloat16-200x128256"])
+                              "bfloat16-200x128256", "bfloat16-64x151936"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype, inplace):
-    # Rows past 32 KiB run over a cluster of blocks (here of 2, 4 and 8),
-    # each holding its share: shares that do not divide the row (240008), fewer
-    # rows than clusters and more, targets spread over the shares and at both
-    # ends, every reduction, smoothing and ignored rows, against float64.
+    # Rows past 32 KiB run over a cluster of blocks (here of 8, of 64 to 512
+    # threads, 5 or 8 packs a thread), each holding its share: shares that
+    # do not divide the row (240008), fewer rows than clusters and more,
+    # targets spread over the shares and at both ends, every reduction,
+    # smoothing and ignored rows, against float64.
     n, v = shape
     logits = (torch.randn(shape, device="cuda") * 3).to(dtype)
     target = torch.randint(0, v, (n,), device="cuda")
@@ -292,9 +293,9 @@ def test_cross_entropy_view_of_wider_rows(device, dtype, classes, pitch, return_
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, dtype", [((3000, 5001), torch.bfloat16), ((64, 50265), torch.float16),
                                           ((300, 50257), torch.bfloat16), ((100, 128257), torch.bfloat16),
-                                          ((300, 80001), torch.float32)],
+                                          ((300, 80001), torch.float32), ((32, 151937), torch.bfloat16)],
                          ids=["bfloat16-3000x5001", "float16-64x50265", "bfloat16-300x50257", "bfloat16-100x128257",
-                              "float32-300x80001"])
+                              "float32-300x80001", "bfloat16-32x151937"])
 @pytest.mark.parametrize("offset", [0, 3])
 @pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize("return_lse", [False, True])  # False: the gradient comes from the forward
