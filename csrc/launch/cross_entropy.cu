@@ -155,25 +155,17 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       // 260 -> 198, (4096, 200064) 1080 -> 956; float32 (4096, 128256) 1154
       // -> 1045, (8192, 50304) 900 -> 845. (The pipelined softmax over the
       // first five's bytes: 528, 427, 276, 264, 758.)
-      // Rows past 8 such blocks run in 8 blocks of 512 threads rather than
-      // 16 of 256 (one block an SM, 15 clusters at once, against two and 14),
-      // at 5 packs a thread where those hold the row: bf16 (4096, 151936)
-      // 813 -> 766 (8 packs) -> 724 (5), (4096, 200064) 958 -> 921, (1024,
-      // 262144) 285 -> 275. (At 5 packs and 64 registers, two blocks an SM
-      // spilled: 824.)
+      // Rows past 8 such blocks: pipelined_launch_of.
       if constexpr (std::is_same_v<A, float> && kVec > 1) {
-        if (PipelinedBlocks blocks = pipelined_blocks_of<T>(packs); blocks.cluster) {
-          if (blocks.cluster > kPipelinedBlocksMin) blocks = {kRowThreadsMax, kPipelinedBlocksMin};
+        if (const PipelinedLaunch launch = pipelined_launch_of<T>(packs); launch.blocks.cluster) {
           constexpr bool kLoose = decltype(vec)::loose;
-          constexpr int kFewerPacks = 5;
-          const bool fewer =
-              blocks.threads == kRowThreadsMax && packs <= int64_t(kRowThreadsMax) * blocks.cluster * kFewerPacks;
-          const auto kernel = fewer ? cross_entropy_forward_backward_pipelined_kernel<T, kFewerPacks, kLoose>
-                                    : cross_entropy_forward_backward_pipelined_kernel<T, kPipelinedPacks, kLoose>;
-          return launch_pipelined(kernel, shape.rows, blocks.cluster, 0, stream,
+          const auto kernel =
+              launch.fewer_packs ? cross_entropy_forward_backward_pipelined_kernel<T, kFewerPipelinedPacks, kLoose>
+                                 : cross_entropy_forward_backward_pipelined_kernel<T, kPipelinedPacks, kLoose>;
+          return launch_pipelined(kernel, shape.rows, launch.blocks.cluster, 0, stream,
                                   std::make_tuple(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
                                                   static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input)),
-                                  blocks.threads);
+                                  launch.blocks.threads);
         }
       }
       const auto kernel = cross_entropy_forward_backward_kernel<T, kVec, false>;

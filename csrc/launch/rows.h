@@ -447,6 +447,30 @@ template <typename T, bool kLoose = false>
 PipelinedBlocks pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
   return pipelined_blocks_of<T>(pipelined_groups<T, kLoose>(n, buffers));
 }
+// The softmax's and cross-entropy's walks (not yet measured for the norms'):
+// rows past 8 blocks of 256 threads run in 8 blocks of 512 rather than 16
+// of 256, at kFewerPipelinedPacks a thread where those hold the row; float
+// rows that they do not hold so stay in 16. H200, µs, 16 x 256 -> 8 x 512
+// (at 5 packs where marked): softmax bf16 (4096, 151936) 758 -> 641 (5;
+// its kernel in 64 registers, two blocks an SM), (4096, 163840) 782 -> 704
+// (5), (4096, 200064) 910 -> 871, (1024, 262144) 276 -> 269, (4096, 151937)
+// 789 -> 727 (5), float32 (4096, 80000) 726 -> 663 (5), but (1024, 131072)
+// 265 -> 274; cross-entropy with its gradient bf16 (4096, 151936) 813 ->
+// 724 (5; 766 at 8 packs), (4096, 200064) 958 -> 921, (1024, 262144) 285
+// -> 275.
+constexpr int kFewerPipelinedPacks = 5;
+struct PipelinedLaunch {
+  PipelinedBlocks blocks;
+  bool fewer_packs;  // kFewerPipelinedPacks a thread, else kPipelinedPacks
+};
+template <typename T>
+PipelinedLaunch pipelined_launch_of(int64_t groups) {
+  const PipelinedBlocks blocks = pipelined_blocks_of<T>(groups);
+  if (blocks.cluster <= kPipelinedBlocksMin) return {blocks, false};
+  const bool fewer = groups <= int64_t(kRowThreadsMax) * kPipelinedBlocksMin * kFewerPipelinedPacks;
+  if (!fewer && sizeof(T) > 2) return {blocks, false};
+  return {{kRowThreadsMax, kPipelinedBlocksMin}, fewer};
+}
 
 // A pipelined kernel in clusters of `cluster` blocks of `threads` with
 // `shared` bytes of dynamic shared memory each, as many clusters as run at

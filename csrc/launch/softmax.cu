@@ -88,12 +88,19 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32
     // (512, 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3. Loose rows
     // too: bf16 (8192, 50257) 517 -> 482 (436 at 50304), float32 854 (839).
+    // Rows past 8 blocks: pipelined_launch_of.
     if constexpr (sizeof(T) <= 4)
-      if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : pipelined_blocks<T, true>(n, {x, y});
-          blocks.cluster)
-        return launch_pipelined(packable<T>(n, {x, y}) ? softmax_forward_pipelined_kernel<T, kPipelinedPacks, false>
-                                                       : softmax_forward_pipelined_kernel<T, kPipelinedPacks, true>,
-                                rows, blocks.cluster, 0, stream, plain_args, blocks.threads);
+      if (const PipelinedLaunch launch =
+              causal ? PipelinedLaunch{} : pipelined_launch_of<T>(pipelined_groups<T, true>(n, {x, y}));
+          launch.blocks.cluster) {
+        const bool whole = packable<T>(n, {x, y});
+        const auto kernel = launch.fewer_packs
+                                ? (whole ? softmax_forward_pipelined_kernel<T, kFewerPipelinedPacks, false>
+                                         : softmax_forward_pipelined_kernel<T, kFewerPipelinedPacks, true>)
+                                : (whole ? softmax_forward_pipelined_kernel<T, kPipelinedPacks, false>
+                                         : softmax_forward_pipelined_kernel<T, kPipelinedPacks, true>);
+        return launch_pipelined(kernel, rows, launch.blocks.cluster, 0, stream, plain_args, launch.blocks.threads);
+      }
     // The other two-byte rows in clusters (causal, or past 262144) walk
     // where as many clusters stay resident (plain bf16 rows on the H100,
     // before the pipelined kernel: (512, 262144) 226 -> 213 µs, (1024,
