@@ -1,11 +1,12 @@
-// Times cross-entropy's loss with its gradient (the with-gradient kernel)
-// alone, over the launch shapes its launcher can pick (threads, blocks per
-// SM, bytes of the row kept in shared memory), against the separate forward
-// and backward kernels (three passes over the logits) and a copy of the
-// logits (the two passes' limit), L2 evicted before each call. Checks each
-// shape's lse and gradient against the separate kernels. Build and run on the
-// GPU machine: bash bench/micro/run.sh cross_entropy. NOTES.md keeps what it
-// showed.
+// Times cross-entropy's loss with its gradient alone: the launcher's choice
+// (the pipelined kernel for rows past one block: pipelined_blocks.cu times
+// its blocks), and the shared-memory kernel over its launch shapes
+// (threads, blocks per SM, bytes of the row kept in shared memory), against
+// the separate forward and backward kernels (three passes over the logits)
+// and a copy of the logits (the two passes' limit), L2 evicted before each
+// call. Checks each shape's lse and gradient against the separate kernels.
+// Build and run on the GPU machine: bash bench/micro/run.sh cross_entropy.
+// NOTES.md keeps what it showed.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
