@@ -148,14 +148,14 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       constexpr int kVec = decltype(vec)::value;
       const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target, packs);
       // Rows past one block's registers: the pipelined kernel, in the blocks
-      // that the pipelined softmax takes. H200, bench/micro's cross_entropy
-      // probe, a mean, µs, the kernel below -> pipelined: bf16 (4096, 128256)
-      // 638 -> 536, (8192, 50304) 484 -> 448, (1024, 262144) 343 -> 284,
-      // (8192, 32000) 343 -> 274, (4096, 151936) 828 -> 811, (8192, 20480)
-      // 260 -> 198, (4096, 200064) 1080 -> 956; float32 (4096, 128256) 1154
-      // -> 1045, (8192, 50304) 900 -> 845. (The pipelined softmax over the
-      // first five's bytes: 528, 427, 276, 264, 758.)
-      // Rows past 8 such blocks: pipelined_launch_of.
+      // that the pipelined softmax takes (pipelined_launch_of). H200,
+      // bench/micro's cross_entropy probe, a mean, µs, the kernel below ->
+      // pipelined: bf16 (4096, 128256) 638 -> 536, (8192, 50304) 484 -> 448,
+      // (1024, 262144) 343 -> 273, (8192, 32000) 343 -> 274, (4096, 151936)
+      // 828 -> 724, (8192, 20480) 260 -> 198, (4096, 200064) 1080 -> 922;
+      // float32 (4096, 128256) 1154 -> 1045, (8192, 50304) 900 -> 845. (The
+      // pipelined softmax over the bytes of the first five: 528, 427, 269,
+      // 264, 641.)
       if constexpr (std::is_same_v<A, float> && kVec > 1) {
         if (const PipelinedLaunch launch = pipelined_launch_of<T>(packs); launch.blocks.cluster) {
           constexpr bool kLoose = decltype(vec)::loose;
