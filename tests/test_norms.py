@@ -584,12 +584,14 @@ def our_norm(kind, x, r, n, w, b):
                                       (262144, torch.bfloat16), (262144, torch.float32), (8192, torch.float64),
                                       (524288, torch.bfloat16), (40000, torch.float32), (100000, torch.float32),
                                       (40000, torch.float64), (20000, torch.bfloat16), (100000, torch.bfloat16),
-                                      (131072, torch.float32), (32768, torch.float32), (65536, torch.bfloat16)])
+                                      (131072, torch.float32), (32768, torch.float32), (65536, torch.bfloat16),
+                                      (151936, torch.bfloat16), (163840, torch.float16), (80000, torch.float32)])
 def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks: without the fused add, the pipelined walk (8 packs a
     # thread, 64-256 threads a block in clusters of 8 or more: two-byte rows
-    # of 16385-262144, float rows of 16385-131072); with it, or past those,
+    # of 16385-262144, float rows of 16385-131072; 5 packs in 8 blocks of 512
+    # at 151936 and 163840, in 16 of 256 at 80000 floats); with it, or past those,
     # the lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
     # double rows past 32768 and 16384, which load the next row during each
     # row's exchange unless they add); 20000, 40000 and 100000: rows short of
@@ -619,7 +621,7 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 @pytest.mark.parametrize("kind", ["layer", "rms", "add_layer", "add_rms"])
 @pytest.mark.parametrize("params", ["none", "weight", "bias", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("n, rows", [(20000, 300), (65536, 300), (262144, 35)])
+@pytest.mark.parametrize("n, rows", [(20000, 300), (65536, 300), (151936, 40), (262144, 35)])
 def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype, n, rows):
     # Rows of 20000-262144 take clusters of 2-16 blocks, which walk several
     # rows each (on Hopper; the pipelined kernel without the add, the lanes

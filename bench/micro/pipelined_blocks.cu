@@ -1,20 +1,24 @@
 // The blocks of the pipelined walks (softmax forward, cross-entropy with its
-// gradient) at rows past 8 blocks of 256 threads: each kernel in 16 blocks
-// of 256 or 8 of 512, at 4, 5, 6 and 8 packs a thread where those hold the
-// row, then both launchers (rows.h's pipelined_launch_of), against a copy of
-// the same bytes. Prints µs and the clusters resident at once.
+// gradient, the layer_norm and rms_norm forwards) at rows past 8 blocks of
+// 256 threads: each kernel in 16 blocks of 256 or 8 of 512, at 4, 5, 6 and 8
+// packs a thread where those hold the row, then the launchers, against a
+// copy of the same bytes. Prints µs and the clusters resident at once.
 //   bash bench/micro/run.sh pipelined_blocks
 // H200 (NOTES, 2026-12-04): 8 blocks of 512 ahead of 16 of 256 at every
-// two-byte width here, and 5 packs ahead of 8 where they hold the row
-// (cross-entropy bf16 (4096, 151936) 813 -> 766 -> 724 µs, softmax 758 ->
-// 715 -> 645); float32 softmax (1024, 131072) 265 -> 274 at 8 packs.
+// two-byte width here but layer_norm's 262144 (1-2% behind), and 5 packs
+// ahead of 8 where they hold the row (cross-entropy bf16 (4096, 151936) 808
+// -> 765 -> 719 µs, softmax 755 -> 649 -> 639, rms_norm 742 -> 626 -> 623);
+// float rows at 5 packs fastest in 16 blocks of 256 but for cross-entropy's
+// (layer_norm float32 (4096, 80000) 659 there, 753 in 8 of 512).
 #include <cuda_bf16.h>
 
 #include <vector>
 
 #include "../../csrc/kernels/cross_entropy_kernels.cuh"
+#include "../../csrc/kernels/norm_kernels.cuh"
 #include "../../csrc/kernels/softmax_kernels.cuh"
 #include "../../csrc/launch/cross_entropy.h"
+#include "../../csrc/launch/norms.h"
 #include "../../csrc/launch/rows.h"
 #include "../../csrc/launch/softmax.h"
 #include "probe.cuh"
@@ -28,7 +32,27 @@ struct Case {
   const int64_t* target;
   float* lse;
   int64_t rows, n;
+  const T* weight;
+  const T* bias;
+  float* mean;  // and the rows' rstd: lse
 };
+
+// The norm forward's pipelined kernel in `cluster` blocks of `threads`: µs.
+template <typename T, int kPacks, typename Math>
+float time_norm(Timer& timer, const Case<T>& c, int threads, int cluster) {
+  constexpr int kVec = Vec16<T>::kSize;
+  const auto kernel = norm_forward_pipelined_kernel<T, kPacks, Math>;
+  const size_t shared = kWalkSlotBytes<T, kVec, Math> * kPacks * threads;
+  const int resident = rows::resident_clusters(kernel, cluster, threads, shared);
+  if (resident == 0) return 0.f;
+  NormForwardArgs<T> a{};
+  a.x = c.x, a.y = c.y, a.weight = c.weight, a.bias = Math::kCentered ? c.bias : nullptr;
+  a.mean = Math::kCentered ? c.mean : nullptr, a.rstd = c.lse, a.rows = c.rows, a.n = c.n, a.eps = 1e-5f;
+  return timer.median_us([&] {
+    CHECK(rows::launch_clusters(kernel, std::min<int64_t>(c.rows, resident), cluster, threads, shared, nullptr,
+                                std::make_tuple(a)));
+  });
+}
 
 template <typename T, int kPacks>
 void blocks(Timer& timer, const Case<T>& c, int threads, int cluster) {
@@ -48,21 +72,28 @@ void blocks(Timer& timer, const Case<T>& c, int threads, int cluster) {
     CHECK(rows::launch_clusters(sm, std::min<int64_t>(c.rows, sm_resident), cluster, threads, 0, nullptr,
                                 std::make_tuple(c.x, c.y, c.rows, int(c.n), 1.0f)));
   });
-  std::printf("| | %d x %d, %d packs | %d | %.1f | %d | %.1f |\n", cluster, threads, kPacks, ce_resident, ce_us,
-              sm_resident, sm_us);
+  const float layer_us = time_norm<T, kPacks, LayerNormMath>(timer, c, threads, cluster);
+  const float rms_us = time_norm<T, kPacks, RmsNormMath>(timer, c, threads, cluster);
+  std::printf("| | %d x %d, %d packs | %d | %.1f | %d | %.1f | %.1f | %.1f |\n", cluster, threads, kPacks, ce_resident,
+              ce_us, sm_resident, sm_us, layer_us, rms_us);
 }
 
 template <typename T>
 void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n) {
-  Case<T> c{nullptr, nullptr, nullptr, nullptr, rows, n};
-  T *x, *y;
+  Case<T> c{nullptr, nullptr, nullptr, nullptr, rows, n, nullptr, nullptr, nullptr};
+  T *x, *y, *weight, *bias;
   int64_t* target;
   CHECK(cudaMalloc(&x, rows * n * sizeof(T)));
   CHECK(cudaMalloc(&y, rows * n * sizeof(T)));
+  CHECK(cudaMalloc(&weight, n * sizeof(T)));
+  CHECK(cudaMalloc(&bias, n * sizeof(T)));
   CHECK(cudaMalloc(&target, rows * 8));
   CHECK(cudaMalloc(&c.lse, rows * 4));
-  c.x = x, c.y = y, c.target = target;
+  CHECK(cudaMalloc(&c.mean, rows * 4));
+  c.x = x, c.y = y, c.target = target, c.weight = weight, c.bias = bias;
   fill_uniform<<<1024, 256>>>(x, rows * n, 1u, -4.0f, 8.0f);
+  fill_uniform<<<64, 256>>>(weight, n, 2u, 0.5f, 1.5f);
+  fill_uniform<<<64, 256>>>(bias, n, 3u, -1.0f, 1.0f);
   std::vector<int64_t> host_target(rows);
   for (int64_t r = 0; r < rows; ++r) host_target[r] = (r * 7919) % n;
   CHECK(cudaMemcpy(target, host_target.data(), rows * 8, cudaMemcpyHostToDevice));
@@ -75,22 +106,31 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   const SoftmaxShape sm{dtype, rows, n, 0, 1.0, "probe"};
   const SoftmaxForwardBuffers sm_io{x, y};
   const float sm_us = timer.median_us([&] { CHECK(softmax_forward(sm, sm_io, nullptr)); });
-  std::printf("| %s (%lld, %lld), copy %.1f | launchers | | %.1f | | %.1f |\n", name, (long long)rows,
-              (long long)n, copy, ce_us, sm_us);
+  const auto norm_us = [&](NormKind kind) {
+    const bool centered = kind == NormKind::Layer;
+    const NormShape norm{dtype, rows, n, kind, "probe"};
+    const NormForwardBuffers<> io{x, nullptr, weight, centered ? bias : nullptr, y, nullptr,
+                                  centered ? c.mean : nullptr, c.lse};
+    return timer.median_us([&] { CHECK(norm_forward(norm, io, 1e-5, nullptr)); });
+  };
+  std::printf("| %s (%lld, %lld), copy %.1f | launchers | | %.1f | | %.1f | %.1f | %.1f |\n", name,
+              (long long)rows, (long long)n, copy, ce_us, sm_us, norm_us(NormKind::Layer), norm_us(NormKind::Rms));
   for (auto [threads, cluster] : {std::pair<int, int>{256, 16}, {512, 8}}) {
     blocks<T, 4>(timer, c, threads, cluster);
     blocks<T, 5>(timer, c, threads, cluster);
     blocks<T, 6>(timer, c, threads, cluster);
     blocks<T, 8>(timer, c, threads, cluster);
   }
-  for (void* p : {(void*)x, (void*)y, (void*)target, (void*)c.lse}) CHECK(cudaFree(p));
+  for (void* p : {(void*)x, (void*)y, (void*)weight, (void*)bias, (void*)target, (void*)c.lse, (void*)c.mean})
+    CHECK(cudaFree(p));
 }
 
 int main() {
   Timer timer;
   std::printf("| shape | blocks | cross-entropy clusters at once | cross-entropy µs | softmax clusters at once | "
-              "softmax µs |\n|---|---|---|---|---|---|\n");
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 151936}, {4096, 163840}, {4096, 200064}, {1024, 262144}})
+              "softmax µs | layer_norm µs | rms_norm µs |\n|---|---|---|---|---|---|---|---|\n");
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 151936}, {4096, 163840}, {4096, 200064}, {1024, 262144},
+                                                       {512, 262144}})
     shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n);
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 80000}, {2048, 100000}, {1024, 131072}})
     shape<float>(timer, DType::Float, "float32", rows, n);

@@ -463,12 +463,12 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     // bf16 (4096, 128256) 626 µs against the pipelined softmax's 528, H200).
     // threads.count is a power of two, as the launcher's blocks and clusters.
     const int64_t past_head = t - layout.head - threads.rank * int64_t(kVec);
-    const bool holds_target = (past_head >= 0 && past_head < int64_t(kPacks) * threads.count * kVec &&
+    const bool packed_target = past_head >= 0 && past_head < int64_t(kPacks) * threads.count * kVec &&
                                (past_head / kVec & (threads.count - 1)) == 0 &&
-                               t < layout.head + int64_t(groups) * kVec) ||
-                              (loose && layout.loose.index == t);
+                               t < layout.head + int64_t(groups) * kVec;
+    const bool holds_target = packed_target || (loose && layout.loose.index == t);  // the loose class: spare
     A target_logit = spare;
-    if (__builtin_expect(holds_target && !(loose && layout.loose.index == t), 0))
+    if (__builtin_expect(packed_target, 0))
       target_logit = element_at<T>(packs, static_cast<int>(past_head / kVec) / threads.count,
                                    static_cast<int>(past_head % kVec));
     // The row's loss: the target's holder's, rank 0's where no thread holds

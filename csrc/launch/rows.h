@@ -395,7 +395,7 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // held as words, in the smallest cluster of 256-thread blocks (two an SM)
 // that holds the row, one wave of resident clusters walking the rows; a row
 // that fewer than eight such blocks hold is spread over eight smaller ones
-// (pipelined_blocks). Not for float rows that 2 blocks would hold (up to
+// (pipelined_blocks_of). Not for float rows that 2 blocks would hold (up to
 // 16384 floats: softmax ran faster in the four-pack kernel, H200 129.4
 // against 140.1 µs, and 4 blocks half idle took layer_norm (8192, 16384)
 // from 275.5 to 353.9), rows past 16 blocks, where 512-thread blocks were no
@@ -443,32 +443,35 @@ PipelinedBlocks pipelined_blocks_of(int64_t groups) {
   if (cluster >= kPipelinedBlocksMin) return {kPipelinedThreads, cluster};
   return {kPipelinedThreads * cluster / kPipelinedBlocksMin, kPipelinedBlocksMin};
 }
-template <typename T, bool kLoose = false>
-PipelinedBlocks pipelined_blocks(int64_t n, std::initializer_list<const void*> buffers) {
-  return pipelined_blocks_of<T>(pipelined_groups<T, kLoose>(n, buffers));
-}
-// The softmax's and cross-entropy's walks (not yet measured for the norms'):
-// rows past 8 blocks of 256 threads run in 8 blocks of 512 rather than 16
-// of 256, at kFewerPipelinedPacks a thread where those hold the row; float
-// rows that they do not hold so stay in 16. H200, µs, 16 x 256 -> 8 x 512
-// (at 5 packs where marked): softmax bf16 (4096, 151936) 758 -> 641 (5;
-// its kernel in 64 registers, two blocks an SM), (4096, 163840) 782 -> 704
-// (5), (4096, 200064) 910 -> 871, (1024, 262144) 276 -> 269, (4096, 151937)
-// 789 -> 727 (5), float32 (4096, 80000) 726 -> 663 (5), but (1024, 131072)
-// 265 -> 274; cross-entropy with its gradient bf16 (4096, 151936) 813 ->
-// 724 (5; 766 at 8 packs), (4096, 200064) 958 -> 921, (1024, 262144) 285
-// -> 275.
+// Rows past 8 blocks of 256 threads, in every pipelined forward (softmax,
+// cross-entropy with its gradient, the norms): two-byte rows run in 8 blocks
+// of 512 rather than 16 of 256, float rows stay in 16; both at
+// kFewerPipelinedPacks a thread where those hold the row. H200, µs, 16 x 256
+// at 8 packs -> the choice (bench/micro/pipelined_blocks.cu, two runs):
+// bf16 (4096, 151936) softmax 755 -> 639, cross-entropy 808 -> 718,
+// layer_norm 728 -> 685, rms_norm 742 -> 623; (4096, 163840) 774 -> 704,
+// 818 -> 745, 755 -> 718, 786 -> 677; (4096, 200064) 902 -> 865, 956 ->
+// 918; (1024, 262144) 274 -> 271, 284 -> 272; float32 (4096, 80000) at 5
+// packs: 717 -> 667, 737 -> 723, 786 -> 659, 691 -> 658. In 8 blocks of
+// 512 the float rows ran layer_norm (4096, 80000) at 753 (one block an SM)
+// and softmax (1024, 131072) at 272 against 264; only cross-entropy's ran
+// faster there (712 against 723 at 80000, 426 against 435 at 100000).
+// kWideAtEightPacks: two-byte rows that take 8 packs a thread run in 8
+// blocks of 512 too. The norms' do not: layer_norm bf16 (512, 262144) ran
+// 137-138 in 16 x 256 and 139-142 in 8 x 512 (bench/peers.py 135 -> 138-143),
+// (4096, 200064) 870 -> 839 (the one gain), rms_norm within 1% both ways.
 constexpr int kFewerPipelinedPacks = 5;
 struct PipelinedLaunch {
   PipelinedBlocks blocks;
   bool fewer_packs;  // kFewerPipelinedPacks a thread, else kPipelinedPacks
 };
-template <typename T>
+template <typename T, bool kWideAtEightPacks = true>
 PipelinedLaunch pipelined_launch_of(int64_t groups) {
   const PipelinedBlocks blocks = pipelined_blocks_of<T>(groups);
   if (blocks.cluster <= kPipelinedBlocksMin) return {blocks, false};
+  // 16 x 256 and 8 x 512 are as many threads: both hold as many packs.
   const bool fewer = groups <= int64_t(kRowThreadsMax) * kPipelinedBlocksMin * kFewerPipelinedPacks;
-  if (!fewer && sizeof(T) > 2) return {blocks, false};
+  if (sizeof(T) > 2 || (!fewer && !kWideAtEightPacks)) return {blocks, fewer};
   return {{kRowThreadsMax, kPipelinedBlocksMin}, fewer};
 }
 
