@@ -589,10 +589,11 @@ def our_norm(kind, x, r, n, w, b):
 def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks: without the fused add, the pipelined walk (8 packs a
-    # thread, 64-256 threads a block in clusters of 8 or more: two-byte rows
-    # of 16385-262144, float rows of 16385-131072; 5 packs in 8 blocks of 512
-    # at 151936 and 163840, in 16 of 256 at 80000 floats); with it, or past those,
-    # the lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
+    # thread, 64-512 threads a block in clusters of 8 or more: two-byte rows
+    # of 16385-524288, float rows of 16385-262144; 5 packs in 8 blocks of 512
+    # at 151936 and 163840, in 16 of 256 at 80000 floats; 16 blocks of 512
+    # at 524288 bf16 and 262144 floats); with the add, or for doubles, the
+    # lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
     # double rows past 32768 and 16384, which load the next row during each
     # row's exchange unless they add); 20000, 40000 and 100000: rows short of
     # their clusters' packs.

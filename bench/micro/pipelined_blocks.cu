@@ -1,15 +1,19 @@
 // The blocks of the pipelined walks (softmax forward, cross-entropy with its
 // gradient, the layer_norm and rms_norm forwards) at rows past 8 blocks of
 // 256 threads: each kernel in 16 blocks of 256 or 8 of 512, at 4, 5, 6 and 8
-// packs a thread where those hold the row, then the launchers, against a
-// copy of the same bytes. Prints µs and the clusters resident at once.
+// packs a thread where those hold the row (and float rows past 131072 in 16
+// of 512), then the launchers, against a copy of the same bytes. Prints µs
+// and the clusters resident at once.
 //   bash bench/micro/run.sh pipelined_blocks
 // H200 (NOTES, 2026-12-04): 8 blocks of 512 ahead of 16 of 256 at every
 // two-byte width here but layer_norm's 262144 (1-2% behind), and 5 packs
 // ahead of 8 where they hold the row (cross-entropy bf16 (4096, 151936) 808
 // -> 765 -> 719 µs, softmax 755 -> 649 -> 639, rms_norm 742 -> 626 -> 623);
 // float rows at 5 packs fastest in 16 blocks of 256 but for cross-entropy's
-// (layer_norm float32 (4096, 80000) 659 there, 753 in 8 of 512).
+// (layer_norm float32 (4096, 80000) 659 there, 753 in 8 of 512); past 16
+// blocks of 256, 16 of 512 ahead of the launchers' other kernels or within
+// 0.6% (bf16 (1024, 524288): cross-entropy 747 -> 558, layer_norm 822 ->
+// 533).
 #include <cuda_bf16.h>
 
 #include <vector>
@@ -121,6 +125,10 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
     blocks<T, 6>(timer, c, threads, cluster);
     blocks<T, 8>(timer, c, threads, cluster);
   }
+  // Rows past 16 blocks of 256 at 8 packs: 16 blocks of 512 (the launchers
+  // take other kernels there).
+  if (n > int64_t(16) * rows::kPipelinedThreads * rows::kPipelinedPacks * Vec16<T>::kSize)
+    blocks<T, 8>(timer, c, 512, 16);
   for (void* p : {(void*)x, (void*)y, (void*)weight, (void*)bias, (void*)target, (void*)c.lse, (void*)c.mean})
     CHECK(cudaFree(p));
 }
@@ -130,9 +138,11 @@ int main() {
   std::printf("| shape | blocks | cross-entropy clusters at once | cross-entropy µs | softmax clusters at once | "
               "softmax µs | layer_norm µs | rms_norm µs |\n|---|---|---|---|---|---|---|---|\n");
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 151936}, {4096, 163840}, {4096, 200064}, {1024, 262144},
-                                                       {512, 262144}})
+                                                       {512, 262144}, {1024, 524288}})
     shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n);
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 80000}, {2048, 100000}, {1024, 131072}})
+  for (auto [rows, n] :
+       {std::pair<int64_t, int64_t>{4096, 80000}, {2048, 100000}, {1024, 131072}, {2048, 256000}, {2048, 262144},
+        {512, 262144}})
     shape<float>(timer, DType::Float, "float32", rows, n);
   return 0;
 }

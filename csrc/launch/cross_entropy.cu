@@ -149,13 +149,14 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target, packs);
       // Rows past one block's registers: the pipelined kernel, in the blocks
       // that the pipelined softmax takes (pipelined_launch_of). H200,
-      // bench/micro's cross_entropy probe, a mean, µs, the kernel below ->
-      // pipelined: bf16 (4096, 128256) 638 -> 536, (8192, 50304) 484 -> 448,
-      // (1024, 262144) 343 -> 273, (8192, 32000) 343 -> 274, (4096, 151936)
-      // 828 -> 724, (8192, 20480) 260 -> 198, (4096, 200064) 1080 -> 922;
-      // float32 (4096, 128256) 1154 -> 1045, (8192, 50304) 900 -> 845. (The
-      // pipelined softmax over the bytes of the first five: 528, 427, 269,
-      // 264, 641.)
+      // bench/micro's cross_entropy and pipelined_blocks probes, a mean, µs,
+      // the kernels below -> pipelined: bf16 (4096, 128256) 638 -> 536, (8192,
+      // 50304) 484 -> 448, (1024, 262144) 343 -> 273, (8192, 32000) 343 ->
+      // 274, (4096, 151936) 828 -> 724, (8192, 20480) 260 -> 198, (4096,
+      // 200064) 1080 -> 922, (1024, 524288) 747 -> 558; float32 (4096,
+      // 128256) 1154 -> 1045, (8192, 50304) 900 -> 845, (2048, 262144) 1236
+      // -> 1063. (The pipelined softmax over the bytes of the first five:
+      // 528, 427, 269, 264, 641.)
       if constexpr (std::is_same_v<A, float> && kVec > 1) {
         if (const PipelinedLaunch launch = pipelined_launch_of<T>(packs); launch.blocks.cluster) {
           constexpr bool kLoose = decltype(vec)::loose;
@@ -189,12 +190,12 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
                                   static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input), cached, prefetch);
       };
       // Rows past kSplitRowBytes that the pipelined kernel leaves (float rows
-      // up to 16384 or past 131072, two-byte rows past 262144) run split over
+      // up to 16384 or past 262144, two-byte rows past 524288) run split over
       // the cluster (2 to 16 blocks of 256 threads, each caching its share
-      // whole, two or more to an SM) of
-      // which most run at once, the smaller on ties (float accumulators):
-      // more, shorter rows in flight. Not where that keeps fewer rows in
-      // flight than half the SMs while one block would cache most of the row.
+      // whole, two or more to an SM) of which most run at once, the smaller
+      // on ties (float accumulators): more, shorter rows in flight. Not where
+      // that keeps fewer rows in flight than half the SMs while one block
+      // would cache most of the row.
       // H200, bench/micro's cross_entropy probe, µs unsplit (or split in 512
       // threads) -> split: bf16 (8192, 20480) 257 -> 244 (2 blocks), (8192,
       // 32000) 355 -> 325 (2), (8192, 50304) 487 -> 469 (2), (4096, 128256)

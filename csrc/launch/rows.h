@@ -395,12 +395,12 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // held as words, in the smallest cluster of 256-thread blocks (two an SM)
 // that holds the row, one wave of resident clusters walking the rows; a row
 // that fewer than eight such blocks hold is spread over eight smaller ones
-// (pipelined_blocks_of). Not for float rows that 2 blocks would hold (up to
+// (pipelined_blocks_of); rows past 16 such blocks run in 16 of 512
+// (pipelined_launch_of). Not for float rows that 2 blocks would hold (up to
 // 16384 floats: softmax ran faster in the four-pack kernel, H200 129.4
 // against 140.1 µs, and 4 blocks half idle took layer_norm (8192, 16384)
-// from 275.5 to 353.9), rows past 16 blocks, where 512-thread blocks were no
-// faster (float32 (256, 262144): softmax 144.3 against 150.9 µs, layer_norm
-// 156.5 against 159.2), or elements of eight bytes.
+// from 275.5 to 353.9), rows past 16 blocks of 512, or elements of eight
+// bytes.
 constexpr int kPipelinedPacks = 8, kPipelinedThreads = 256;
 // The smallest cluster of `threads`-thread blocks, `packs` packs a thread,
 // that holds rows of `groups` 16-byte packs past one block's registers; 0
@@ -465,8 +465,20 @@ struct PipelinedLaunch {
   PipelinedBlocks blocks;
   bool fewer_packs;  // kFewerPipelinedPacks a thread, else kPipelinedPacks
 };
+// Rows past 16 blocks of 256 at 8 packs run in 16 blocks of 512 (seven
+// clusters at once), where the kernels' other choices were the lanes kernel
+// (softmax, norms) and the split kernel (cross-entropy). H200, µs, those ->
+// 16 x 512 (bench/micro/pipelined_blocks.cu; an earlier run of the float
+// rows within 1.2%): bf16 (1024, 524288) softmax 711 -> 538, cross-entropy
+// 747 -> 558, layer_norm 822 -> 533, rms_norm 796 -> 561; float32 (2048,
+// 262144) 1099 -> 1064, 1236 -> 1063, 1143 -> 1118, 1070 -> 1068; float32
+// (512, 262144) softmax 285.7 -> 269.3, layer_norm 294.0 -> 290.6, rms_norm
+// 270.1 -> 271.3.
 template <typename T, bool kWideAtEightPacks = true>
 PipelinedLaunch pipelined_launch_of(int64_t groups) {
+  if (sizeof(T) <= 4 && groups > int64_t(kClusterBlocksMax) * kPipelinedThreads * kPipelinedPacks &&
+      groups <= int64_t(kClusterBlocksMax) * kRowThreadsMax * kPipelinedPacks && cluster_launch_supported())
+    return {{kRowThreadsMax, kClusterBlocksMax}, false};
   const PipelinedBlocks blocks = pipelined_blocks_of<T>(groups);
   if (blocks.cluster <= kPipelinedBlocksMin) return {blocks, false};
   // 16 x 256 and 8 x 512 are as many threads: both hold as many packs.
