@@ -163,14 +163,15 @@ def test_cross_entropy_gradient_in_forward_holds_no_more_memory():
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape, dtype", [((3000, 5000), torch.bfloat16), ((300, 80000), torch.float32),
-                                          ((100, 262144), torch.bfloat16)],
-                         ids=["bfloat16-3000x5000", "float32-300x80000", "bfloat16-100x262144"])
+                                          ((100, 262144), torch.bfloat16), ((40, 262144), torch.float32)],
+                         ids=["bfloat16-3000x5000", "float32-300x80000", "bfloat16-100x262144", "float32-40x262144"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
     # More rows than blocks, so that each block reads its next row while it
     # writes the gradient of the current one: rows that fit an SM several
     # times, rows of which one block keeps 3/4 on chip and reads the rest
-    # again from L2, and rows split over a cluster of blocks. Loss and
+    # again from L2, and rows split over a cluster of blocks (16 of 512 at
+    # 262144 floats). Loss and
     # gradient against torch's, smoothing included (no float64 reference:
     # gpu_check.sh's racecheck runs this test, and torch's float64 sum trips
     # racecheck).
