@@ -458,8 +458,10 @@ PipelinedBlocks pipelined_blocks_of(int64_t groups) {
 // faster there (712 against 723 at 80000, 426 against 435 at 100000).
 // kWideAtEightPacks: two-byte rows that take 8 packs a thread run in 8
 // blocks of 512 too. The norms' do not: layer_norm bf16 (512, 262144) ran
-// 137-138 in 16 x 256 and 139-142 in 8 x 512 (bench/peers.py 135 -> 138-143),
-// (4096, 200064) 870 -> 839 (the one gain), rms_norm within 1% both ways.
+// 136.6-137.7 in 16 x 256 and 139.5-140.2 in 8 x 512 (three runs; in
+// bench/peers.py 138-143 against 140-141, within its spread), (1024, 262144)
+// 269-271 against 272-273, (4096, 200064) 870 -> 839 (the one gain);
+// rms_norm within 1% both ways.
 constexpr int kFewerPipelinedPacks = 5;
 struct PipelinedLaunch {
   PipelinedBlocks blocks;
