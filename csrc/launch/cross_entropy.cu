@@ -163,10 +163,12 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
           const auto kernel =
               launch.fewer_packs ? cross_entropy_forward_backward_pipelined_kernel<T, kFewerPipelinedPacks, kLoose>
                                  : cross_entropy_forward_backward_pipelined_kernel<T, kPipelinedPacks, kLoose>;
-          return launch_pipelined(kernel, shape.rows, launch.blocks.cluster, 0, stream,
-                                  std::make_tuple(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
-                                                  static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input)),
-                                  launch.blocks.threads);
+          if (const auto launched = launch_pipelined(
+                  kernel, shape.rows, launch.blocks.cluster, 0, stream,
+                  std::make_tuple(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
+                                  static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input)),
+                  launch.blocks.threads))
+            return *launched;
         }
       }
       const auto kernel = cross_entropy_forward_backward_kernel<T, kVec, false>;

@@ -500,9 +500,10 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         const int packs = launch.fewer_packs ? kFewerPipelinedPacks : kPipelinedPacks;
         const auto kernel = launch.fewer_packs ? norm_forward_pipelined_kernel<T, kFewerPipelinedPacks, Math>
                                                : norm_forward_pipelined_kernel<T, kPipelinedPacks, Math>;
-        return launch_pipelined(kernel, a.rows, launch.blocks.cluster,
-                                pipelined_slot_bytes * packs * launch.blocks.threads, stream, std::make_tuple(a),
-                                launch.blocks.threads);
+        const size_t shared = pipelined_slot_bytes * packs * launch.blocks.threads;
+        if (const auto launched = launch_pipelined(kernel, a.rows, launch.blocks.cluster, shared, stream,
+                                                   std::make_tuple(a), launch.blocks.threads))
+          return *launched;
       }
     }
     if (!packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}))

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -491,13 +492,15 @@ PipelinedLaunch pipelined_launch_of(int64_t groups) {
 
 // A pipelined kernel in clusters of `cluster` blocks of `threads` with
 // `shared` bytes of dynamic shared memory each, as many clusters as run at
-// once.
+// once; nothing (nullopt) where none fits this device (a MIG slice, or GPCs
+// too small for 16 blocks of 512 at one an SM), and the caller takes
+// another kernel.
 template <typename Kernel, typename Args>
-cudaError_t launch_pipelined(Kernel kernel, int64_t rows, int cluster, size_t shared, cudaStream_t stream,
-                             const Args& args, int threads = kPipelinedThreads) {
+std::optional<cudaError_t> launch_pipelined(Kernel kernel, int64_t rows, int cluster, size_t shared,
+                                            cudaStream_t stream, const Args& args, int threads = kPipelinedThreads) {
   const int resident = resident_clusters(kernel, cluster, threads, shared);
-  const int64_t groups = resident > 0 ? std::min<int64_t>(rows, resident) : rows;
-  return launch_clusters(kernel, groups, cluster, threads, shared, stream, args);
+  if (resident == 0) return std::nullopt;
+  return launch_clusters(kernel, std::min<int64_t>(rows, resident), cluster, threads, shared, stream, args);
 }
 
 // Whether clusters of at least kWalkClusterMin walk their rows: not at all,

@@ -99,7 +99,9 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
                                          : softmax_forward_pipelined_kernel<T, kFewerPipelinedPacks, true>)
                                 : (whole ? softmax_forward_pipelined_kernel<T, kPipelinedPacks, false>
                                          : softmax_forward_pipelined_kernel<T, kPipelinedPacks, true>);
-        return launch_pipelined(kernel, rows, launch.blocks.cluster, 0, stream, plain_args, launch.blocks.threads);
+        if (const auto launched =
+                launch_pipelined(kernel, rows, launch.blocks.cluster, 0, stream, plain_args, launch.blocks.threads))
+          return *launched;
       }
     // The other two-byte rows in clusters (causal, or past 262144) walk
     // where as many clusters stay resident (plain bf16 rows on the H100,
@@ -147,11 +149,14 @@ cudaError_t softmax_backward(const SoftmaxShape& shape, const SoftmaxBackwardBuf
       });
     if constexpr (sizeof(T) == 2)
       if (const PipelinedBlocks blocks = causal ? PipelinedBlocks{0, 0} : backward_pipelined_blocks<T>(n, {y, dy, dx});
-          blocks.cluster)
-        return launch_pipelined(packable<T>(n, {y, dy, dx})
-                                    ? softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks, false>
-                                    : softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks, true>,
-                                rows, blocks.cluster, 0, stream, plain_args, blocks.threads);
+          blocks.cluster) {
+        const auto kernel = packable<T>(n, {y, dy, dx})
+                                ? softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks, false>
+                                : softmax_backward_pipelined_kernel<T, kBackwardPipelinedPacks, true>;
+        if (const auto launched =
+                launch_pipelined(kernel, rows, blocks.cluster, 0, stream, plain_args, blocks.threads))
+          return *launched;
+      }
     return launch_softmax_lanes<T>(
         causal, rows, n, {y, dy, dx}, stream,
         [&](auto packs, auto vec) { return backward_lanes<T, decltype(packs)::value, decltype(vec), false>(causal); },
