@@ -14,6 +14,9 @@
 // blocks of 256, 16 of 512 ahead of the launchers' other kernels or within
 // 0.6% (bf16 (1024, 524288): cross-entropy 747 -> 558, layer_norm 822 ->
 // 533).
+// Then rows whose packs fill the launchers' blocks poorly (bf16 50304: 6288
+// packs in 8 blocks of 128 at 8 packs, 8192 slots), in the fewest threads
+// that hold the row in each cluster of 2-16 blocks at 4-8 packs.
 #include <cuda_bf16.h>
 
 #include <vector>
@@ -78,12 +81,25 @@ void blocks(Timer& timer, const Case<T>& c, int threads, int cluster) {
   });
   const float layer_us = time_norm<T, kPacks, LayerNormMath>(timer, c, threads, cluster);
   const float rms_us = time_norm<T, kPacks, RmsNormMath>(timer, c, threads, cluster);
-  std::printf("| | %d x %d, %d packs | %d | %.1f | %d | %.1f | %.1f | %.1f |\n", cluster, threads, kPacks, ce_resident,
-              ce_us, sm_resident, sm_us, layer_us, rms_us);
+  std::printf("| | %d x %d, %d packs (fill %.2f) | %d | %.1f | %d | %.1f | %.1f | %.1f |\n", cluster, threads, kPacks,
+              double(c.n) / (double(threads) * cluster * kPacks * kVec), ce_resident, ce_us, sm_resident, sm_us,
+              layer_us, rms_us);
+}
+
+// The fewest threads, a multiple of a warp, that hold the row in each
+// cluster at kPacks packs a thread.
+template <typename T, int kPacks>
+void fewest_threads(Timer& timer, const Case<T>& c) {
+  const int64_t groups = c.n / Vec16<T>::kSize;
+  for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2) {
+    const int64_t threads = ceil_div(ceil_div(groups, int64_t(cluster) * kPacks), int64_t(kWarpSize)) * kWarpSize;
+    if (threads >= 2 * kWarpSize && threads <= kRowThreadsMax)
+      blocks<T, kPacks>(timer, c, int(threads), cluster);
+  }
 }
 
 template <typename T>
-void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n) {
+void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n, bool sweep_fill = false) {
   Case<T> c{nullptr, nullptr, nullptr, nullptr, rows, n, nullptr, nullptr, nullptr};
   T *x, *y, *weight, *bias;
   int64_t* target;
@@ -119,6 +135,13 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   };
   std::printf("| %s (%lld, %lld), copy %.1f | launchers | | %.1f | | %.1f | %.1f | %.1f |\n", name,
               (long long)rows, (long long)n, copy, ce_us, sm_us, norm_us(NormKind::Layer), norm_us(NormKind::Rms));
+  if (sweep_fill) {
+    fewest_threads<T, 4>(timer, c);
+    fewest_threads<T, 5>(timer, c);
+    fewest_threads<T, 6>(timer, c);
+    fewest_threads<T, 7>(timer, c);
+    fewest_threads<T, 8>(timer, c);
+  } else {
   for (auto [threads, cluster] : {std::pair<int, int>{256, 16}, {512, 8}}) {
     blocks<T, 4>(timer, c, threads, cluster);
     blocks<T, 5>(timer, c, threads, cluster);
@@ -129,6 +152,7 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n)
   // take other kernels there).
   if (n > int64_t(16) * rows::kPipelinedThreads * rows::kPipelinedPacks * Vec16<T>::kSize)
     blocks<T, 8>(timer, c, 512, 16);
+  }
   for (void* p : {(void*)x, (void*)y, (void*)weight, (void*)bias, (void*)target, (void*)c.lse, (void*)c.mean})
     CHECK(cudaFree(p));
 }
@@ -144,5 +168,9 @@ int main() {
        {std::pair<int64_t, int64_t>{4096, 80000}, {2048, 100000}, {1024, 131072}, {2048, 256000}, {2048, 262144},
         {512, 262144}})
     shape<float>(timer, DType::Float, "float32", rows, n);
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 50304}, {4096, 100352}, {4096, 128256}, {8192, 24576}})
+    shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n, /*sweep_fill=*/true);
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 50304}, {4096, 128256}, {8192, 24576}})
+    shape<float>(timer, DType::Float, "float32", rows, n, /*sweep_fill=*/true);
   return 0;
 }
