@@ -591,7 +591,8 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # to 16 blocks: without the fused add, the pipelined walk (8 packs a
     # thread, 64-512 threads a block in clusters of 8 or more: two-byte rows
     # of 16385-524288, float rows of 16385-262144; 5 packs in 8 blocks of 512
-    # at 151936 and 163840, in 16 of 256 at 80000 floats; 16 blocks of 512
+    # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 64 and 320
+    # at 20000 and 100000 two-byte (rms_norm's 65536 too, in 224); 16 blocks of 512
     # at 524288 bf16 and 262144 floats); with the add, or for doubles, the
     # lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
     # double rows past 32768 and 16384, which load the next row during each

@@ -14,11 +14,17 @@
 // blocks of 256, 16 of 512 ahead of the launchers' other kernels or within
 // 0.6% (bf16 (1024, 524288): cross-entropy 747 -> 558, layer_norm 822 ->
 // 533).
-// Then rows whose packs fill the launchers' blocks poorly (bf16 50304: 6288
+// Then rows whose packs filled the launchers' blocks poorly (bf16 50304: 6288
 // packs in 8 blocks of 128 at 8 packs, 8192 slots), in the fewest threads
-// that hold the row in each cluster of 2-16 blocks at 4-8 packs.
+// that hold the row in each cluster of 2-16 blocks at 4-8 packs (H200,
+// NOTES 2026-12-05: 5 packs ahead where they fill the blocks at up to 320
+// threads, at two bytes; rows.h's fewer_packs_threads).
+//   bash bench/micro/run.sh pipelined_blocks eight
+// times the launchers' two-byte rows of 8 blocks against the 8 packs a
+// thread that they took before fewer_packs_threads.
 #include <cuda_bf16.h>
 
+#include <string>
 #include <vector>
 
 #include "../../csrc/kernels/cross_entropy_kernels.cuh"
@@ -44,13 +50,20 @@ struct Case {
   float* mean;  // and the rows' rstd: lse
 };
 
+// The norm forward's pipelined kernel's clusters resident at once.
+template <typename T, int kPacks, typename Math>
+int norm_resident(int threads, int cluster) {
+  const size_t shared = kWalkSlotBytes<T, Vec16<T>::kSize, Math> * kPacks * threads;
+  return rows::resident_clusters(norm_forward_pipelined_kernel<T, kPacks, Math>, cluster, threads, shared);
+}
+
 // The norm forward's pipelined kernel in `cluster` blocks of `threads`: µs.
 template <typename T, int kPacks, typename Math>
 float time_norm(Timer& timer, const Case<T>& c, int threads, int cluster) {
   constexpr int kVec = Vec16<T>::kSize;
   const auto kernel = norm_forward_pipelined_kernel<T, kPacks, Math>;
   const size_t shared = kWalkSlotBytes<T, kVec, Math> * kPacks * threads;
-  const int resident = rows::resident_clusters(kernel, cluster, threads, shared);
+  const int resident = norm_resident<T, kPacks, Math>(threads, cluster);
   if (resident == 0) return 0.f;
   NormForwardArgs<T> a{};
   a.x = c.x, a.y = c.y, a.weight = c.weight, a.bias = Math::kCentered ? c.bias : nullptr;
@@ -81,8 +94,10 @@ void blocks(Timer& timer, const Case<T>& c, int threads, int cluster) {
   });
   const float layer_us = time_norm<T, kPacks, LayerNormMath>(timer, c, threads, cluster);
   const float rms_us = time_norm<T, kPacks, RmsNormMath>(timer, c, threads, cluster);
-  std::printf("| | %d x %d, %d packs (fill %.2f) | %d | %.1f | %d | %.1f | %.1f | %.1f |\n", cluster, threads, kPacks,
-              double(c.n) / (double(threads) * cluster * kPacks * kVec), ce_resident, ce_us, sm_resident, sm_us,
+  std::printf("| | %d x %d, %d packs (fill %.2f; norms' clusters at once %d, %d) | %d | %.1f | %d | %.1f | %.1f | %.1f |\n",
+              cluster, threads, kPacks, double(c.n) / (double(threads) * cluster * kPacks * kVec),
+              norm_resident<T, kPacks, LayerNormMath>(threads, cluster),
+              norm_resident<T, kPacks, RmsNormMath>(threads, cluster), ce_resident, ce_us, sm_resident, sm_us,
               layer_us, rms_us);
 }
 
@@ -98,8 +113,13 @@ void fewest_threads(Timer& timer, const Case<T>& c) {
   }
 }
 
+// What shape() times besides the launchers: 16 x 256 and 8 x 512 at 4-8
+// packs; the fewest threads at 4-8 packs in each cluster; or the blocks of
+// 8 at 8 packs that two-byte rows took before fewer_packs_threads.
+enum class Sweep { kWideBlocks, kFill, kEightPacks };
+
 template <typename T>
-void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n, bool sweep_fill = false) {
+void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n, Sweep sweep = Sweep::kWideBlocks) {
   Case<T> c{nullptr, nullptr, nullptr, nullptr, rows, n, nullptr, nullptr, nullptr};
   T *x, *y, *weight, *bias;
   int64_t* target;
@@ -135,7 +155,15 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n,
   };
   std::printf("| %s (%lld, %lld), copy %.1f | launchers | | %.1f | | %.1f | %.1f | %.1f |\n", name,
               (long long)rows, (long long)n, copy, ce_us, sm_us, norm_us(NormKind::Layer), norm_us(NormKind::Rms));
-  if (sweep_fill) {
+  if (sweep == Sweep::kEightPacks) {
+    const int64_t groups = n / Vec16<T>::kSize;
+    const int cluster = rows::smallest_pipelined_cluster<T>(groups, rows::kPipelinedThreads, rows::kPipelinedPacks);
+    if (cluster > 0 && cluster <= rows::kPipelinedBlocksMin) {
+      blocks<T, 8>(timer, c, rows::kPipelinedThreads * cluster / rows::kPipelinedBlocksMin, rows::kPipelinedBlocksMin);
+      const int64_t slots_per_warp = int64_t(rows::kPipelinedBlocksMin) * rows::kFewerPipelinedPacks * kWarpSize;
+      blocks<T, 5>(timer, c, int(ceil_div(groups, slots_per_warp) * kWarpSize), rows::kPipelinedBlocksMin);
+    }
+  } else if (sweep == Sweep::kFill) {
     fewest_threads<T, 4>(timer, c);
     fewest_threads<T, 5>(timer, c);
     fewest_threads<T, 6>(timer, c);
@@ -157,10 +185,15 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n,
     CHECK(cudaFree(p));
 }
 
-int main() {
+int main(int argc, char** argv) {
   Timer timer;
   std::printf("| shape | blocks | cross-entropy clusters at once | cross-entropy µs | softmax clusters at once | "
               "softmax µs | layer_norm µs | rms_norm µs |\n|---|---|---|---|---|---|---|---|\n");
+  if (argc > 1 && std::string(argv[1]) == "eight") {  // the launchers against the 8 packs they took before
+    for (int64_t n : {20000, 24576, 32768, 40000, 50304, 57344, 65536, 80000, 100352, 110000, 128256})
+      shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", (int64_t(400) << 20) / (2 * n), n, Sweep::kEightPacks);
+    return 0;
+  }
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{4096, 151936}, {4096, 163840}, {4096, 200064}, {1024, 262144},
                                                        {512, 262144}, {1024, 524288}})
     shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n);
@@ -169,8 +202,8 @@ int main() {
         {512, 262144}})
     shape<float>(timer, DType::Float, "float32", rows, n);
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 50304}, {4096, 100352}, {4096, 128256}, {8192, 24576}})
-    shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n, /*sweep_fill=*/true);
+    shape<__nv_bfloat16>(timer, DType::BFloat16, "bfloat16", rows, n, Sweep::kFill);
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 50304}, {4096, 128256}, {8192, 24576}})
-    shape<float>(timer, DType::Float, "float32", rows, n, /*sweep_fill=*/true);
+    shape<float>(timer, DType::Float, "float32", rows, n, Sweep::kFill);
   return 0;
 }

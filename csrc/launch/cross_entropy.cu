@@ -148,7 +148,7 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       constexpr int kVec = decltype(vec)::value;
       const CrossEntropyArgs<T> a = kernel_args<T>(shape, logits, target, packs);
       // Rows past one block's registers: the pipelined kernel, in the blocks
-      // that the pipelined softmax takes (pipelined_launch_of). H200,
+      // that the pipelined softmax takes (launch_pipelined_rows). H200,
       // bench/micro's cross_entropy and pipelined_blocks probes, a mean, µs,
       // the kernels below -> pipelined: bf16 (4096, 128256) 638 -> 536, (8192,
       // 50304) 484 -> 448, (1024, 262144) 343 -> 273, (8192, 32000) 343 ->
@@ -158,18 +158,15 @@ cudaError_t cross_entropy_forward_backward(const CrossEntropyShape& shape, const
       // -> 1063. (The pipelined softmax over the bytes of the first five:
       // 528, 427, 269, 264, 641.)
       if constexpr (std::is_same_v<A, float> && kVec > 1) {
-        if (const PipelinedLaunch launch = pipelined_launch_of<T>(packs); launch.blocks.cluster) {
-          constexpr bool kLoose = decltype(vec)::loose;
-          const auto kernel =
-              launch.fewer_packs ? cross_entropy_forward_backward_pipelined_kernel<T, kFewerPipelinedPacks, kLoose>
-                                 : cross_entropy_forward_backward_pipelined_kernel<T, kPipelinedPacks, kLoose>;
-          if (const auto launched = launch_pipelined(
-                  kernel, shape.rows, launch.blocks.cluster, 0, stream,
-                  std::make_tuple(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
-                                  static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input)),
-                  launch.blocks.threads))
-            return *launched;
-        }
+        constexpr bool kLoose = decltype(vec)::loose;
+        if (const auto launched = launch_pipelined_rows<T>(
+                packs, shape.rows, 0, stream,
+                std::make_tuple(a, static_cast<const A*>(grad_scale), mean, static_cast<A*>(lse),
+                                static_cast<A*>(row_loss), fold, static_cast<T*>(grad_input)),
+                [](auto pipelined_packs) {
+                  return cross_entropy_forward_backward_pipelined_kernel<T, decltype(pipelined_packs)::value, kLoose>;
+                }))
+          return *launched;
       }
       const auto kernel = cross_entropy_forward_backward_kernel<T, kVec, false>;
       // Rows that fit twice per SM run in blocks of at most 512 threads, two

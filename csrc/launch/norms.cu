@@ -488,23 +488,17 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // (copy_to_walk_slots).
     const size_t pipelined_slot_bytes = kWalkSlotBytes<T, Vec16<T>::kSize, Math>;
     // Rows past one block without a residual: the pipelined kernel, in the
-    // blocks of pipelined_launch_of (rows.h). H200, µs, against the walks of
+    // blocks of launch_pipelined_rows (rows.h). H200, µs, against the walks of
     // the lanes kernel: bf16 rms_norm (512, 262144) 155.8 -> 142.0, (4096,
     // 32768) 151.0 -> 136.6, layer_norm (512, 262144) 193.0 -> 164.7, (4096,
     // 32768) 169.6 -> 147.4; float32 (1024, 65536) rms_norm 137.0 -> 134.6,
     // layer_norm 150.1 -> 141.8.
     if constexpr (sizeof(T) <= 4) {
       const int64_t groups = a.residual ? 0 : pipelined_groups<T>(n, {a.x, a.y, a.weight, a.bias});
-      const PipelinedLaunch launch = pipelined_launch_of<T, /*kWideAtEightPacks=*/false>(groups);
-      if (launch.blocks.cluster) {
-        const int packs = launch.fewer_packs ? kFewerPipelinedPacks : kPipelinedPacks;
-        const auto kernel = launch.fewer_packs ? norm_forward_pipelined_kernel<T, kFewerPipelinedPacks, Math>
-                                               : norm_forward_pipelined_kernel<T, kPipelinedPacks, Math>;
-        const size_t shared = pipelined_slot_bytes * packs * launch.blocks.threads;
-        if (const auto launched = launch_pipelined(kernel, a.rows, launch.blocks.cluster, shared, stream,
-                                                   std::make_tuple(a), launch.blocks.threads))
-          return *launched;
-      }
+      if (const auto launched = launch_pipelined_rows<T, /*kWideAtEightPacks=*/false>(
+              groups, a.rows, pipelined_slot_bytes, stream, std::make_tuple(a),
+              [](auto packs) { return norm_forward_pipelined_kernel<T, decltype(packs)::value, Math>; }))
+        return *launched;
     }
     if (!packable<T>(n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}))
       if (const int threads = loose_row_threads<T>(n, {a.x, a.residual, a.residual_out, a.y})) {

@@ -396,7 +396,8 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // held as words, in the smallest cluster of 256-thread blocks (two an SM)
 // that holds the row, one wave of resident clusters walking the rows; a row
 // that fewer than eight such blocks hold is spread over eight smaller ones
-// (pipelined_blocks_of); rows past 16 such blocks run in 16 of 512
+// (pipelined_blocks_of), two-byte ones at five packs where those fill the
+// blocks better (launch_pipelined_rows); rows past 16 such blocks run in 16 of 512
 // (pipelined_launch_of). Not for float rows that 2 blocks would hold (up to
 // 16384 floats: softmax ran faster in the four-pack kernel, H200 129.4
 // against 140.1 µs, and 4 blocks half idle took layer_norm (8192, 16384)
@@ -501,6 +502,58 @@ std::optional<cudaError_t> launch_pipelined(Kernel kernel, int64_t rows, int clu
   const int resident = resident_clusters(kernel, cluster, threads, shared);
   if (resident == 0) return std::nullopt;
   return launch_clusters(kernel, std::min<int64_t>(rows, resident), cluster, threads, shared, stream, args);
+}
+
+// Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs: the
+// fewest warps that hold them at kFewerPipelinedPacks where those leave
+// fewer slots empty; 0 else.
+template <typename T>
+int fewer_packs_threads(int64_t groups, const PipelinedLaunch& eight) {
+  if (sizeof(T) != 2 || eight.fewer_packs || eight.blocks.cluster != kPipelinedBlocksMin) return 0;
+  const int64_t slots_per_warp = int64_t(eight.blocks.cluster) * kFewerPipelinedPacks * kWarpSize;
+  const int64_t threads = ceil_div(groups, slots_per_warp) * kWarpSize;
+  const bool fewer_slots = threads * kFewerPipelinedPacks < int64_t(eight.blocks.threads) * kPipelinedPacks;
+  return threads <= kRowThreadsMax && fewer_slots ? int(threads) : 0;
+}
+
+// Where five packs a thread (fewer_packs_threads) replace eight: as many
+// clusters resident, or (softmax) more. H200, µs, launchers, 8 packs -> 5
+// (bench/micro/pipelined_blocks.cu `eight`; clusters resident at 8 -> 5):
+// bf16 (5242, 40000) 8 x 128 -> 8 x 128, cross-entropy 246 -> 221 (62 ->
+// 77), softmax 232 -> 216 (62 -> 124), layer_norm 228 -> 212, rms_norm 233
+// -> 209; (2621, 80000) 8 x 256 -> 8 x 256, 251 -> 241 (30 -> 30), 238 ->
+// 213 (30 -> 62), 233 -> 227, 237 -> 205; (4168, 50304) 8 x 128 -> 8 x 160,
+// 230 -> 221, 217 -> 214, 213 -> 210, 216 -> 206. Fewer resident lost:
+// (3200, 65536) 8 x 224, cross-entropy 214 -> 272 (62 -> 30), layer_norm
+// 207 -> 244. The softmax lost at as many: (10485, 20000) 8 x 64, 231 ->
+// 247 (124 -> 124), (1906, 110000) 8 x 352, 217 -> 235 (30 -> 30); and at
+// more once, (3657, 57344) 8 x 192, 209 -> 216 (62 -> 77).
+enum class FewerPacks { kWhereAsManyResident, kWhereMoreResident };
+// The pipelined kernel kernel_for(std::integral_constant<int, packs>) for
+// rows of `groups` 16-byte packs, in the blocks of pipelined_launch_of or at
+// fewer packs (kFewer), each block with slot_bytes of dynamic shared memory
+// per pack a thread holds; nothing where it does not take the rows or no
+// cluster fits (launch_pipelined).
+template <typename T, bool kWideAtEightPacks = true, FewerPacks kFewer = FewerPacks::kWhereAsManyResident,
+          typename KernelFor, typename Args>
+std::optional<cudaError_t> launch_pipelined_rows(int64_t groups, int64_t rows, size_t slot_bytes,
+                                                 cudaStream_t stream, const Args& args, KernelFor kernel_for) {
+  PipelinedLaunch launch = pipelined_launch_of<T, kWideAtEightPacks>(groups);
+  if (launch.blocks.cluster == 0) return std::nullopt;
+  const auto eight = kernel_for(std::integral_constant<int, kPipelinedPacks>{});
+  const auto five = kernel_for(std::integral_constant<int, kFewerPipelinedPacks>{});
+  const int cluster = launch.blocks.cluster;
+  const auto shared = [&](int packs, int threads) { return slot_bytes * packs * threads; };
+  if (const int threads = fewer_packs_threads<T>(groups, launch)) {
+    const int at_five = resident_clusters(five, cluster, threads, shared(kFewerPipelinedPacks, threads));
+    const int at_eight =
+        resident_clusters(eight, cluster, launch.blocks.threads, shared(kPipelinedPacks, launch.blocks.threads));
+    if (kFewer == FewerPacks::kWhereMoreResident ? at_five > at_eight : at_five >= at_eight)
+      launch = {{threads, cluster}, true};
+  }
+  const int packs = launch.fewer_packs ? kFewerPipelinedPacks : kPipelinedPacks;
+  return launch_pipelined(launch.fewer_packs ? five : eight, rows, cluster, shared(packs, launch.blocks.threads),
+                          stream, args, launch.blocks.threads);
 }
 
 // Whether clusters of at least kWalkClusterMin walk their rows: not at all,

@@ -88,19 +88,16 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32
     // (512, 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3. Loose rows
     // too: bf16 (8192, 50257) 517 -> 482 (436 at 50304), float32 854 (839).
-    // Rows past 8 blocks: pipelined_launch_of.
+    // Their blocks: launch_pipelined_rows.
     if constexpr (sizeof(T) <= 4)
-      if (const PipelinedLaunch launch =
-              causal ? PipelinedLaunch{} : pipelined_launch_of<T>(pipelined_groups<T, true>(n, {x, y}));
-          launch.blocks.cluster) {
+      if (!causal) {
         const bool whole = packable<T>(n, {x, y});
-        const auto kernel = launch.fewer_packs
-                                ? (whole ? softmax_forward_pipelined_kernel<T, kFewerPipelinedPacks, false>
-                                         : softmax_forward_pipelined_kernel<T, kFewerPipelinedPacks, true>)
-                                : (whole ? softmax_forward_pipelined_kernel<T, kPipelinedPacks, false>
-                                         : softmax_forward_pipelined_kernel<T, kPipelinedPacks, true>);
-        if (const auto launched =
-                launch_pipelined(kernel, rows, launch.blocks.cluster, 0, stream, plain_args, launch.blocks.threads))
+        if (const auto launched = launch_pipelined_rows<T, /*kWideAtEightPacks=*/true, FewerPacks::kWhereMoreResident>(
+                pipelined_groups<T, true>(n, {x, y}), rows, 0, stream, plain_args, [whole](auto packs) {
+                  constexpr int kPacks = decltype(packs)::value;
+                  return whole ? softmax_forward_pipelined_kernel<T, kPacks, false>
+                               : softmax_forward_pipelined_kernel<T, kPacks, true>;
+                }))
           return *launched;
       }
     // The other two-byte rows in clusters (causal, or past 262144) walk
