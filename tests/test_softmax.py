@@ -180,11 +180,10 @@ def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
     # rows of 16385-262144; two-byte rows past 131072 in 8 blocks of 512
     # threads, at 5 packs a thread at 151936 and 151937, float rows of
     # 65537-81920 in 16 of 256 at 5 packs (80000), two-byte rows of 8 blocks
-    # at 5 packs where more clusters stay resident (50257 and 80000, in 160
-    # and 256 threads); rows past 16 blocks of 256 in 16 of 512: 262144 and
-    # 200003 floats, 524288 bf16; part of a cluster idle at 100000), 4 packs a
-    # thread at 16384 floats; rows that are not whole packs at 50257, 151937
-    # and 200003.
+    # at 5 packs where more clusters stay resident (80000, in 256 threads);
+    # rows past 16 blocks of 256 in 16 of 512: 262144 and 200003 floats,
+    # 524288 bf16; part of a cluster idle at 100000), 4 packs a thread at
+    # 16384 floats; rows that are not whole packs at 50257, 151937 and 200003.
     rows = 2**23 // n + 3
     x = (torch.randn(rows, n, device="cuda") * 3 + 1).to(dtype)
     error_vs_reference(fr.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1))

@@ -17,8 +17,8 @@
 // Then rows whose packs filled the launchers' blocks poorly (bf16 50304: 6288
 // packs in 8 blocks of 128 at 8 packs, 8192 slots), in the fewest threads
 // that hold the row in each cluster of 2-16 blocks at 4-8 packs (H200,
-// NOTES 2026-12-05: 5 packs ahead where they fill the blocks at up to 320
-// threads, at two bytes; rows.h's fewer_packs_threads).
+// NOTES 2026-12-05: 5 packs ahead at two bytes where they keep as many
+// clusters resident; rows.h's launch_pipelined_rows).
 //   bash bench/micro/run.sh pipelined_blocks eight
 // times the launchers' two-byte rows of 8 blocks against the 8 packs a
 // thread that they took before fewer_packs_threads.

@@ -506,28 +506,30 @@ std::optional<cudaError_t> launch_pipelined(Kernel kernel, int64_t rows, int clu
 
 // Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs: the
 // fewest warps that hold them at kFewerPipelinedPacks where those leave
-// fewer slots empty; 0 else.
+// fewer slots empty and make a power of two of threads; 0 else. (The cross-entropy
+// kernel finds a row's target among a thread's packs by a mask of the
+// cluster's threads. Blocks of 160 and 320 ran faster still, bf16 (8192,
+// 50304) and (4096, 100352), but wait for that kernel to take any count.)
 template <typename T>
 int fewer_packs_threads(int64_t groups, const PipelinedLaunch& eight) {
   if (sizeof(T) != 2 || eight.fewer_packs || eight.blocks.cluster != kPipelinedBlocksMin) return 0;
   const int64_t slots_per_warp = int64_t(eight.blocks.cluster) * kFewerPipelinedPacks * kWarpSize;
   const int64_t threads = ceil_div(groups, slots_per_warp) * kWarpSize;
   const bool fewer_slots = threads * kFewerPipelinedPacks < int64_t(eight.blocks.threads) * kPipelinedPacks;
-  return threads <= kRowThreadsMax && fewer_slots ? int(threads) : 0;
+  const bool power_of_two = (threads & (threads - 1)) == 0;
+  return threads <= kRowThreadsMax && fewer_slots && power_of_two ? int(threads) : 0;
 }
 
 // Where five packs a thread (fewer_packs_threads) replace eight: as many
 // clusters resident, or (softmax) more. H200, µs, launchers, 8 packs -> 5
 // (bench/micro/pipelined_blocks.cu `eight`; clusters resident at 8 -> 5):
-// bf16 (5242, 40000) 8 x 128 -> 8 x 128, cross-entropy 246 -> 221 (62 ->
-// 77), softmax 232 -> 216 (62 -> 124), layer_norm 228 -> 212, rms_norm 233
-// -> 209; (2621, 80000) 8 x 256 -> 8 x 256, 251 -> 241 (30 -> 30), 238 ->
-// 213 (30 -> 62), 233 -> 227, 237 -> 205; (4168, 50304) 8 x 128 -> 8 x 160,
-// 230 -> 221, 217 -> 214, 213 -> 210, 216 -> 206. Fewer resident lost:
-// (3200, 65536) 8 x 224, cross-entropy 214 -> 272 (62 -> 30), layer_norm
-// 207 -> 244. The softmax lost at as many: (10485, 20000) 8 x 64, 231 ->
-// 247 (124 -> 124), (1906, 110000) 8 x 352, 217 -> 235 (30 -> 30); and at
-// more once, (3657, 57344) 8 x 192, 209 -> 216 (62 -> 77).
+// bf16 (5242, 40000) in 8 x 128, cross-entropy 246 -> 221 (62 -> 77),
+// softmax 232 -> 216 (62 -> 124), layer_norm 228 -> 212, rms_norm 233 ->
+// 209; (2621, 80000) in 8 x 256, 251 -> 241 (30 -> 30), 238 -> 213 (30 ->
+// 62), 233 -> 227, 237 -> 205; (10485, 20000) in 8 x 64, cross-entropy 253
+// -> 244 (124 -> 124), layer_norm 227 -> 222, rms_norm 231 -> 224, but
+// softmax 231 -> 247 (124 -> 124). Fewer resident lost: (3200, 65536) 8 x
+// 128 -> 8 x 224, cross-entropy 214 -> 272 (62 -> 30), layer_norm 207 -> 244.
 enum class FewerPacks { kWhereAsManyResident, kWhereMoreResident };
 // The pipelined kernel kernel_for(std::integral_constant<int, packs>) for
 // rows of `groups` 16-byte packs, in the blocks of pipelined_launch_of or at
