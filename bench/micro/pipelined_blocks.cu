@@ -94,7 +94,8 @@ void blocks(Timer& timer, const Case<T>& c, int threads, int cluster) {
   });
   const float layer_us = time_norm<T, kPacks, LayerNormMath>(timer, c, threads, cluster);
   const float rms_us = time_norm<T, kPacks, RmsNormMath>(timer, c, threads, cluster);
-  std::printf("| | %d x %d, %d packs (fill %.2f; norms' clusters at once %d, %d) | %d | %.1f | %d | %.1f | %.1f | %.1f |\n",
+  std::printf("| | %d x %d, %d packs (fill %.2f; norms' clusters at once %d, %d) | %d | %.1f | %d | %.1f | %.1f | "
+              "%.1f |\n",
               cluster, threads, kPacks, double(c.n) / (double(threads) * cluster * kPacks * kVec),
               norm_resident<T, kPacks, LayerNormMath>(threads, cluster),
               norm_resident<T, kPacks, RmsNormMath>(threads, cluster), ce_resident, ce_us, sm_resident, sm_us,

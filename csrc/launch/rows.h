@@ -397,8 +397,8 @@ cudaError_t launch_clusters(Kernel kernel, int64_t groups, int cluster, int thre
 // that holds the row, one wave of resident clusters walking the rows; a row
 // that fewer than eight such blocks hold is spread over eight smaller ones
 // (pipelined_blocks_of), two-byte ones at five packs where those fill the
-// blocks better (launch_pipelined_rows); rows past 16 such blocks run in 16 of 512
-// (pipelined_launch_of). Not for float rows that 2 blocks would hold (up to
+// blocks better (launch_pipelined_rows); rows past 16 such blocks run in 16
+// of 512 (pipelined_launch_of). Not for float rows that 2 blocks would hold (up to
 // 16384 floats: softmax ran faster in the four-pack kernel, H200 129.4
 // against 140.1 µs, and 4 blocks half idle took layer_norm (8192, 16384)
 // from 275.5 to 353.9), rows past 16 blocks of 512, or elements of eight
@@ -506,10 +506,11 @@ std::optional<cudaError_t> launch_pipelined(Kernel kernel, int64_t rows, int clu
 
 // Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs: the
 // fewest warps that hold them at kFewerPipelinedPacks where those leave
-// fewer slots empty and make a power of two of threads; 0 else. (The cross-entropy
-// kernel finds a row's target among a thread's packs by a mask of the
-// cluster's threads. Blocks of 160 and 320 ran faster still, bf16 (8192,
-// 50304) and (4096, 100352), but wait for that kernel to take any count.)
+// fewer slots empty and make a power of two of threads; 0 else. (The
+// cross-entropy kernel finds a row's target among a thread's packs by a
+// mask of the cluster's threads. Blocks of 160 and 320 ran faster still,
+// bf16 (8192, 50304) and (4096, 100352), but wait for that kernel to take
+// any count.)
 template <typename T>
 int fewer_packs_threads(int64_t groups, const PipelinedLaunch& eight) {
   if (sizeof(T) != 2 || eight.fewer_packs || eight.blocks.cluster != kPipelinedBlocksMin) return 0;
