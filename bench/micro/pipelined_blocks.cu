@@ -108,7 +108,7 @@ template <typename T, int kPacks>
 void fewest_threads(Timer& timer, const Case<T>& c) {
   const int64_t groups = c.n / Vec16<T>::kSize;
   for (int cluster = 2; cluster <= kClusterBlocksMax; cluster *= 2) {
-    const int64_t threads = ceil_div(ceil_div(groups, int64_t(cluster) * kPacks), int64_t(kWarpSize)) * kWarpSize;
+    const int64_t threads = rows::fewest_threads_holding(groups, cluster, kPacks);
     if (threads >= 2 * kWarpSize && threads <= kRowThreadsMax)
       blocks<T, kPacks>(timer, c, int(threads), cluster);
   }
@@ -159,11 +159,11 @@ void shape(Timer& timer, DType dtype, const char* name, int64_t rows, int64_t n,
               (long long)rows, (long long)n, copy, ce_us, sm_us, norm_us(NormKind::Layer), norm_us(NormKind::Rms));
   if (sweep == Sweep::kEightPacks) {
     const int64_t groups = n / Vec16<T>::kSize;
-    const int cluster = rows::smallest_pipelined_cluster<T>(groups, rows::kPipelinedThreads, rows::kPipelinedPacks);
-    if (cluster > 0 && cluster <= rows::kPipelinedBlocksMin) {
-      blocks<T, 8>(timer, c, rows::kPipelinedThreads * cluster / rows::kPipelinedBlocksMin, rows::kPipelinedBlocksMin);
-      const int64_t slots_per_warp = int64_t(rows::kPipelinedBlocksMin) * rows::kFewerPipelinedPacks * kWarpSize;
-      blocks<T, 5>(timer, c, int(ceil_div(groups, slots_per_warp) * kWarpSize), rows::kPipelinedBlocksMin);
+    if (const rows::PipelinedBlocks eight = rows::pipelined_blocks_of<T>(groups);
+        eight.cluster == rows::kPipelinedBlocksMin) {
+      blocks<T, 8>(timer, c, eight.threads, eight.cluster);
+      blocks<T, 5>(timer, c, int(rows::fewest_threads_holding(groups, eight.cluster, rows::kFewerPipelinedPacks)),
+                   eight.cluster);
     }
   } else if (sweep == Sweep::kFill) {
     fewest_threads<T, 4>(timer, c);

@@ -504,6 +504,12 @@ std::optional<cudaError_t> launch_pipelined(Kernel kernel, int64_t rows, int clu
   return launch_clusters(kernel, std::min<int64_t>(rows, resident), cluster, threads, shared, stream, args);
 }
 
+// The fewest threads a block, whole warps, that hold `groups` packs in
+// `cluster` blocks at `packs` a thread.
+inline int64_t fewest_threads_holding(int64_t groups, int cluster, int packs) {
+  return ceil_div(groups, int64_t(cluster) * packs * kWarpSize) * kWarpSize;
+}
+
 // Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs: the
 // fewest warps that hold them at kFewerPipelinedPacks where those leave
 // fewer slots empty and make a power of two of threads; 0 else. (The
@@ -514,8 +520,7 @@ std::optional<cudaError_t> launch_pipelined(Kernel kernel, int64_t rows, int clu
 template <typename T>
 int fewer_packs_threads(int64_t groups, const PipelinedLaunch& eight) {
   if (sizeof(T) != 2 || eight.fewer_packs || eight.blocks.cluster != kPipelinedBlocksMin) return 0;
-  const int64_t slots_per_warp = int64_t(eight.blocks.cluster) * kFewerPipelinedPacks * kWarpSize;
-  const int64_t threads = ceil_div(groups, slots_per_warp) * kWarpSize;
+  const int64_t threads = fewest_threads_holding(groups, eight.blocks.cluster, kFewerPipelinedPacks);
   const bool fewer_slots = threads * kFewerPipelinedPacks < int64_t(eight.blocks.threads) * kPipelinedPacks;
   const bool power_of_two = (threads & (threads - 1)) == 0;
   return threads <= kRowThreadsMax && fewer_slots && power_of_two ? int(threads) : 0;
