@@ -117,7 +117,7 @@ void fewest_threads(Timer& timer, const Case<T>& c) {
 // What shape() times besides the launchers: 16 x 256 and 8 x 512 at 4-8
 // packs; the fewest threads at 4-8 packs in each cluster; or the blocks of
 // 8 at 8 packs that two-byte rows took before fewer_packs_threads, and the
-// fewest warps at 5 packs (whether or not a power of two: times only).
+// fewest warps at 5 packs.
 enum class Sweep { kWideBlocks, kFill, kEightPacks };
 
 template <typename T>

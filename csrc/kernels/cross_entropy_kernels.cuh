@@ -461,16 +461,21 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     // The target's logit, taken in a branch that the other warps skip
     // (selected from every element, it cost 4 of 18 instructions an element:
     // bf16 (4096, 128256) 626 µs against the pipelined softmax's 528, H200).
-    // threads.count is a power of two, as the launcher's blocks and clusters.
+    // Pack p holds classes head + (p * count + rank) * kVec onwards.
     const int64_t past_head = t - layout.head - threads.rank * int64_t(kVec);
-    const bool packed_target = past_head >= 0 && past_head < int64_t(kPacks) * threads.count * kVec &&
-                               (past_head / kVec & (threads.count - 1)) == 0 &&
-                               t < layout.head + int64_t(groups) * kVec;
+    int target_pack = -1;
+    if (past_head >= 0 && past_head < int64_t(kPacks) * threads.count * kVec &&
+        t < layout.head + int64_t(groups) * kVec) {
+      const int group = static_cast<int>(past_head / kVec);
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p)
+        if (group == p * threads.count) target_pack = p;
+    }
+    const bool packed_target = target_pack >= 0;
     const bool holds_target = packed_target || (loose && layout.loose.index == t);  // the loose class: spare
     A target_logit = spare;
     if (__builtin_expect(packed_target, 0))
-      target_logit = element_at<T>(packs, static_cast<int>(past_head / kVec) / threads.count,
-                                   static_cast<int>(past_head % kVec));
+      target_logit = element_at<T>(packs, target_pack, static_cast<int>(past_head % kVec));
     // The row's loss: the target's holder's, rank 0's where no thread holds
     // it (a target outside the classes: NaN).
     const bool makes_loss = holds_target || (threads.rank == 0 && (t < 0 || t >= a.classes));

@@ -512,18 +512,13 @@ inline int64_t fewest_threads_holding(int64_t groups, int cluster, int packs) {
 
 // Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs: the
 // fewest warps that hold them at kFewerPipelinedPacks where those leave
-// fewer slots empty and make a power of two of threads; 0 else. (The
-// cross-entropy kernel finds a row's target among a thread's packs by a
-// mask of the cluster's threads. Blocks of 160 and 320 ran faster still,
-// bf16 (8192, 50304) and (4096, 100352), but wait for that kernel to take
-// any count.)
+// fewer slots empty; 0 else.
 template <typename T>
 int fewer_packs_threads(int64_t groups, const PipelinedLaunch& eight) {
   if (sizeof(T) != 2 || eight.fewer_packs || eight.blocks.cluster != kPipelinedBlocksMin) return 0;
   const int64_t threads = fewest_threads_holding(groups, eight.blocks.cluster, kFewerPipelinedPacks);
   const bool fewer_slots = threads * kFewerPipelinedPacks < int64_t(eight.blocks.threads) * kPipelinedPacks;
-  const bool power_of_two = (threads & (threads - 1)) == 0;
-  return threads <= kRowThreadsMax && fewer_slots && power_of_two ? int(threads) : 0;
+  return threads <= kRowThreadsMax && fewer_slots ? int(threads) : 0;
 }
 
 // Where five packs a thread (fewer_packs_threads) replace eight: as many
