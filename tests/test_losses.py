@@ -196,16 +196,17 @@ def test_cross_entropy_gradient_in_forward_rows_in_turn(shape, dtype, inplace):
                                           ((40, 262144), torch.float32), ((9, 256001), torch.float32),
                                           ((9, 524288), torch.bfloat16), ((300, 12000), torch.float32),
                                           ((3, 300000), torch.float32), ((60, 100000), torch.bfloat16),
-                                          ((700, 20000), torch.float16), ((300, 40000), torch.bfloat16)],
+                                          ((700, 20000), torch.float16), ((300, 40000), torch.bfloat16),
+                                          ((300, 45000), torch.bfloat16)],
                          ids=["bfloat16-37x262144", "bfloat16-3x240008", "float32-300x131072", "bfloat16-300x50304",
                               "bfloat16-200x128256", "bfloat16-64x151936", "float32-40x262144", "float32-9x256001",
                               "bfloat16-9x524288", "float32-300x12000", "float32-3x300000", "bfloat16-60x100000",
-                              "float16-700x20000", "bfloat16-300x40000"])
+                              "float16-700x20000", "bfloat16-300x40000", "bfloat16-300x45000"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_cross_entropy_gradient_in_forward_rows_split_over_clusters(shape, dtype, inplace):
     # Rows past 32 KiB run over a cluster of blocks (here of 8 or 16, of 64
-    # to 512 threads, 5 or 8 packs a thread: 5 in 8 blocks of 64 and 128 at
-    # 20000 and 40000 two-byte; rows past 16 blocks of 256 in 16
+    # to 512 threads, 5 or 8 packs a thread: 5 in 8 blocks of 64, 128 and
+    # 160 at 20000, 40000 and 45000 two-byte; rows past 16 blocks of 256 in 16
     # of 512, 256001 loose; the rows the walk leaves, 12000 and 300000
     # floats, split through shared memory), each holding its share: shares that
     # do not divide the row (240008), fewer rows than clusters and more,

@@ -586,14 +586,14 @@ def our_norm(kind, x, r, n, w, b):
                                       (40000, torch.float64), (20000, torch.bfloat16), (100000, torch.bfloat16),
                                       (131072, torch.float32), (32768, torch.float32), (65536, torch.bfloat16),
                                       (151936, torch.bfloat16), (163840, torch.float16), (80000, torch.float32),
-                                      (40000, torch.bfloat16)])
+                                      (40000, torch.bfloat16), (45000, torch.bfloat16)])
 def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks: without the fused add, the pipelined walk (8 packs a
     # thread, 64-512 threads a block in clusters of 8 or more: two-byte rows
     # of 16385-524288, float rows of 16385-262144; 5 packs in 8 blocks of 512
-    # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 64 and 128
-    # at 20000 and 40000 two-byte; 16 blocks of 512
+    # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 64, 128
+    # and 160 at 20000, 40000 and 45000 two-byte; 16 blocks of 512
     # at 524288 bf16 and 262144 floats); with the add, or for doubles, the
     # lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
     # double rows past 32768 and 16384, which load the next row during each

@@ -172,7 +172,7 @@ def test_more_rows_than_one_wave(dtype):
                                       (100000, torch.float32), (131072, torch.float32), (32768, torch.float32),
                                       (50257, torch.bfloat16), (50257, torch.float32), (151936, torch.bfloat16),
                                       (151937, torch.bfloat16), (80000, torch.float32), (200003, torch.float32),
-                                      (80000, torch.bfloat16)])
+                                      (80000, torch.bfloat16), (45000, torch.bfloat16)])
 def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks: the pipelined walk (8 packs a thread, 64-256 threads a
@@ -180,7 +180,8 @@ def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
     # rows of 16385-262144; two-byte rows past 131072 in 8 blocks of 512
     # threads, at 5 packs a thread at 151936 and 151937, float rows of
     # 65537-81920 in 16 of 256 at 5 packs (80000), two-byte rows of 8 blocks
-    # at 5 packs where more clusters stay resident (80000, in 256 threads);
+    # at 5 packs where more clusters stay resident (80000 in 256 threads,
+    # 45000 in 160);
     # rows past 16 blocks of 256 in 16 of 512: 262144 and 200003 floats,
     # 524288 bf16; part of a cluster idle at 100000), 4 packs a thread at
     # 16384 floats; rows that are not whole packs at 50257, 151937 and 200003.

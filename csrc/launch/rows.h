@@ -510,15 +510,21 @@ inline int64_t fewest_threads_holding(int64_t groups, int cluster, int packs) {
   return ceil_div(groups, int64_t(cluster) * packs * kWarpSize) * kWarpSize;
 }
 
-// Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs: the
-// fewest warps that hold them at kFewerPipelinedPacks where those leave
-// fewer slots empty; 0 else.
+// Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs, filling
+// under three quarters of their slots: the fewest warps that hold them at
+// kFewerPipelinedPacks where those leave fewer slots empty; 0 else. Fuller
+// blocks keep 8 packs: H100, bf16, µs, 8 packs -> 5 (`pipelined_blocks
+// eight`), at 50304 (8 x 128 filled to 77% -> 8 x 160) softmax 285 -> 291,
+// rms_norm 284 -> 287, cross-entropy 291 -> 291; at 100352 (77%, 8 x 256 ->
+// 8 x 320) 285 -> 296, 283 -> 289, 292 -> 291 (the H200 gained 1-6% there).
 template <typename T>
 int fewer_packs_threads(int64_t groups, const PipelinedLaunch& eight) {
   if (sizeof(T) != 2 || eight.fewer_packs || eight.blocks.cluster != kPipelinedBlocksMin) return 0;
+  const int64_t slots = int64_t(eight.blocks.threads) * kPipelinedPacks;  // a block's, in packs
+  const bool sparse = 4 * groups < 3 * slots * eight.blocks.cluster;
   const int64_t threads = fewest_threads_holding(groups, eight.blocks.cluster, kFewerPipelinedPacks);
-  const bool fewer_slots = threads * kFewerPipelinedPacks < int64_t(eight.blocks.threads) * kPipelinedPacks;
-  return threads <= kRowThreadsMax && fewer_slots ? int(threads) : 0;
+  const bool fewer_slots = threads * kFewerPipelinedPacks < slots;
+  return threads <= kRowThreadsMax && sparse && fewer_slots ? int(threads) : 0;
 }
 
 // Where five packs a thread (fewer_packs_threads) replace eight: as many
