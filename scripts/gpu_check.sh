@@ -64,12 +64,17 @@ want fuzz && FASTREDUCE_FUZZ_CASES=${FUZZ_CASES:-1000} FASTREDUCE_FUZZ_WORKERS=$
 # tensors, alive). torch's own kernels are not checked either (their mangled
 # names hold `2at6native`): racecheck reports hazards in its float64
 # reduce_kernel, which the tests' references run at 262144-wide rows.
-# Without the caching allocator: with it, memory the tests freed stayed held
-# under the sanitizer until an 80 GB H100 ran out (262144-wide rows).
+# Without the caching allocator, and a process per test file: memory the
+# tests freed stayed held under the sanitizer, with the allocator until an
+# 80 GB H100 ran out at 262144-wide rows, without it still across three files.
 sanitize() {
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$1" --error-exitcode 9 --kernel-name-exclude kns=2at6native \
-    python3 -m pytest -q -x -p no:cacheprovider -m cuda \
-    -k "not compile and not free_what_they_saved and not memory" "${@:2}" 2>&1 | tail -n 15 | tee -a "$OUT/$1.log"
+  local tool=$1 files=() options=()
+  for arg in "${@:2}"; do [[ $arg == tests/* ]] && files+=("$arg") || options+=("$arg"); done
+  for file in "${files[@]}"; do
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name-exclude kns=2at6native \
+      python3 -m pytest -q -x -p no:cacheprovider -m cuda \
+      -k "not compile and not free_what_they_saved and not memory" "$file" "${options[@]}" 2>&1 | tail -n 15 | tee -a "$OUT/$tool.log"
+  done
 }
 want memcheck && sanitize memcheck tests/test_norms.py tests/test_softmax.py tests/test_autograd.py tests/test_losses.py \
   tests/test_fused_linear_cross_entropy.py
