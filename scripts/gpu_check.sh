@@ -67,13 +67,16 @@ want fuzz && FASTREDUCE_FUZZ_CASES=${FUZZ_CASES:-1000} FASTREDUCE_FUZZ_WORKERS=$
 # Without the caching allocator, and a process per test file: memory the
 # tests freed stayed held under the sanitizer, with the allocator until an
 # 80 GB H100 ran out at 262144-wide rows, without it still across three files.
+# A caller's `-k` joins the exclusions (pytest keeps only the last -k given).
 sanitize() {
-  local tool=$1 files=() options=()
-  for arg in "${@:2}"; do [[ $arg == tests/* ]] && files+=("$arg") || options+=("$arg"); done
+  local tool=$1 files=() select="not compile and not free_what_they_saved and not memory"
+  shift
+  while (($#)); do
+    if [[ $1 == -k ]]; then select="($2) and $select"; shift 2; else files+=("$1"); shift; fi
+  done
   for file in "${files[@]}"; do
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 9 --kernel-name-exclude kns=2at6native \
-      python3 -m pytest -q -x -p no:cacheprovider -m cuda \
-      -k "not compile and not free_what_they_saved and not memory" "$file" "${options[@]}" 2>&1 | tail -n 15 | tee -a "$OUT/$tool.log"
+      python3 -m pytest -q -x -p no:cacheprovider -m cuda -k "$select" "$file" 2>&1 | tail -n 15 | tee -a "$OUT/$tool.log"
   done
 }
 want memcheck && sanitize memcheck tests/test_norms.py tests/test_softmax.py tests/test_autograd.py tests/test_losses.py \
