@@ -33,32 +33,40 @@ inline int row_threads(int64_t n) {
 // Room the row kernels' static shared scratch takes beside the dynamic bytes.
 constexpr size_t kStaticSharedBytes = 1024;
 
-// Lets `kernel` take `bytes` of dynamic shared memory on the current device,
-// which beyond 48 KiB with its static scratch needs an opt-in. Made once per
-// kernel and device (a driver call per launch otherwise); the allowance only
-// grows, so no launch finds it lowered by a smaller request after its own.
+// Raises `attribute` of `kernel` on the current device to at least `value`.
+// Made once per kernel, attribute and device (a driver call per launch
+// otherwise); a value only grows, so no launch finds it lowered by a smaller
+// request after its own.
 template <typename Kernel>
-cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
-  if (bytes + kStaticSharedBytes <= 48 * 1024) return cudaSuccess;
-  struct Allowed {
+cudaError_t raise_attribute(Kernel kernel, cudaFuncAttribute attribute, int value) {
+  struct Raised {
     const void* kernel;
     int device;
-    size_t bytes;
+    cudaFuncAttribute attribute;
+    int value;
   };
   static std::mutex mutex;
-  static std::vector<Allowed> allowed;
+  static std::vector<Raised> raised;
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
   const void* const key = reinterpret_cast<const void*>(kernel);
   const std::lock_guard<std::mutex> lock(mutex);
-  auto entry = std::find_if(allowed.begin(), allowed.end(),
-                            [&](const Allowed& a) { return a.kernel == key && a.device == device; });
-  if (entry != allowed.end() && entry->bytes >= bytes) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  if (err != cudaSuccess) return err;
-  if (entry != allowed.end()) entry->bytes = bytes;
-  else allowed.push_back({key, device, bytes});
+  auto entry = std::find_if(raised.begin(), raised.end(), [&](const Raised& r) {
+    return r.kernel == key && r.device == device && r.attribute == attribute;
+  });
+  if (entry != raised.end() && entry->value >= value) return cudaSuccess;
+  if (const cudaError_t err = cudaFuncSetAttribute(kernel, attribute, value); err != cudaSuccess) return err;
+  if (entry != raised.end()) entry->value = value;
+  else raised.push_back({key, device, attribute, value});
   return cudaSuccess;
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device,
+// which beyond 48 KiB with its static scratch needs an opt-in.
+template <typename Kernel>
+cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
+  if (bytes + kStaticSharedBytes <= 48 * 1024) return cudaSuccess;
+  return raise_attribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
 // `bytes` of dynamic shared memory for `kernel`, or 0 when they do not fit.
@@ -323,7 +331,7 @@ template <typename Kernel>
 cudaError_t allow_clusters(Kernel kernel, int cluster, size_t shared_bytes) {
   if (const cudaError_t set = allow_shared_bytes(kernel, shared_bytes); set != cudaSuccess) return set;
   if (cluster <= 8) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  return raise_attribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
 }
 
 inline cudaLaunchAttribute cluster_attribute(int cluster) {
