@@ -41,6 +41,9 @@ def cross_entropy(
     ``inplace_backward`` (contiguous logits) the gradient is written over the
     logits instead of a new tensor: one logits-sized buffer less, for callers
     that no longer need the logits after the loss."""
+    if not (return_lse or inplace_backward) and plain(input):
+        # The binding itself takes the gradient-in-the-forward path when the loss will be differentiated.
+        return _C.cross_entropy_loss(input, target, reduction, ignore_index, label_smoothing)
     wants_grad = input.requires_grad and torch.is_grad_enabled()
     if wants_grad and reduction in ("mean", "sum") and not return_lse and type(input) is Tensor:
         # Autocast runs cross_entropy in float32, as torch: over a copy, so
