@@ -51,8 +51,6 @@ def cross_entropy(
         upcast = input.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(input.device.type)
         if inplace_backward and input.is_contiguous() and not upcast:
             return _cross_entropy_with_grad_(input, target, reduction, ignore_index, label_smoothing)[0]
-        if plain(input):
-            return _C.cross_entropy_loss(input, target, reduction, ignore_index, label_smoothing)
         return _cross_entropy_with_grad(input, target, reduction, ignore_index, label_smoothing)[0]
     if inplace_backward and wants_grad and input.is_contiguous():
         loss, lse = _CrossEntropyInplaceBackward.apply(input, target, reduction, ignore_index, label_smoothing)
