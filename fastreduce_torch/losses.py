@@ -50,7 +50,7 @@ def cross_entropy(
         # the gradient cannot go into the logits' own storage.
         upcast = input.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled(input.device.type)
         if inplace_backward and input.is_contiguous() and not upcast:
-            return _cross_entropy_with_grad_(input, target, reduction, ignore_index, label_smoothing)[0]
+            return _cross_entropy_with_grad_(input, target, reduction, ignore_index, label_smoothing)
         return _cross_entropy_with_grad(input, target, reduction, ignore_index, label_smoothing)[0]
     if inplace_backward and wants_grad and input.is_contiguous():
         loss, lse = _CrossEntropyInplaceBackward.apply(input, target, reduction, ignore_index, label_smoothing)
@@ -100,8 +100,8 @@ def _cross_entropy_backward_inplace_fake(input, grad_loss, grad_lse, target, lse
 def _cross_entropy_with_grad_fake(input, target, reduction, ignore_index, label_smoothing):
     _check("_cross_entropy_with_grad", input, target, reduction)
     torch._check(reduction != "none", lambda: "_cross_entropy_with_grad: needs reduction 'mean' or 'sum'")
-    loss, lse = _cross_entropy_fake(input, target, reduction, ignore_index, label_smoothing)
-    return loss, lse, torch.empty_like(input, memory_format=torch.contiguous_format)
+    loss, _ = _cross_entropy_fake(input, target, reduction, ignore_index, label_smoothing)
+    return loss, torch.empty_like(input, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("fastreduce::_cross_entropy_with_grad_")
@@ -109,7 +109,7 @@ def _cross_entropy_with_grad_inplace_fake(input, target, reduction, ignore_index
     _check("_cross_entropy_with_grad_", input, target, reduction)
     torch._check(reduction != "none", lambda: "_cross_entropy_with_grad_: needs reduction 'mean' or 'sum'")
     torch._check(input.is_contiguous(), lambda: "_cross_entropy_with_grad_: argument 'input' must be contiguous")
-    return _cross_entropy_fake(input, target, reduction, ignore_index, label_smoothing)
+    return _cross_entropy_fake(input, target, reduction, ignore_index, label_smoothing)[0]
 
 
 @torch.library.register_fake("fastreduce::_scale_unless_one_")

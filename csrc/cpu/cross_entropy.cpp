@@ -173,7 +173,8 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
     for (int64_t r = begin; r < end; ++r) {
       const A* row = cpu::widen(xs + r * args.row_stride, classes, buffer);
       const auto [top, log_sum] = log_sum_exp(row, classes);
-      lses[r] = row_lse(top, log_sum);
+      const A lse = row_lse(top, log_sum);
+      if (lses) lses[r] = lse;
       const int64_t t = targets[r];
       A* out = out_buffer.data();
       if (t == args.ignore_index) {
@@ -181,12 +182,12 @@ void with_grad_rows(const CrossEntropyShape& args, const CrossEntropyWithGradBuf
         // no kept rows): NaN where the softmax is (rows holding NaN or +inf,
         // or only -inf), as torch's gradient and the separate backward's.
         losses[r] = 0;
-        write_gradient_row(row, classes, A(0), gradient_shift(lses[r]), A(0), out);
+        write_gradient_row(row, classes, A(0), gradient_shift(lse), A(0), out);
       } else {
         check_class(t, classes, args.op);
         losses[r] = row_loss_of(row, classes, t, top, log_sum, smoothing);
         const A smooth = g * smoothing / static_cast<A>(classes);
-        write_gradient_row(row, classes, g, gradient_shift(lses[r]), smooth, out);
+        write_gradient_row(row, classes, g, gradient_shift(lse), smooth, out);
         out[t] -= target_hit(g, smoothing, classes, smooth);
       }
       cpu::narrow(out, dxs + r * args.row_stride, classes);

@@ -38,11 +38,12 @@ struct CrossEntropyBackwardBuffers {
   void* grad_input;
 };
 
-// The forward's lse and the gradient of *grad_scale times the summed row
-// losses (grad_scale null: 1; with the shape's reduction mean, of their mean
-// over the rows not ignored) in one pass; grad_input may be the logits (in
-// place). The row losses go to row_loss (rows, accumulator type) and their
-// sum or mean to loss (one element of the logits' dtype); either may be null.
+// The gradient of *grad_scale times the summed row losses (grad_scale null:
+// 1; with the shape's reduction mean, of their mean over the rows not
+// ignored) in one pass; grad_input may be the logits (in place). The rows'
+// lse and losses go to lse and row_loss (rows, accumulator type), their sum
+// or mean to loss (one element of the logits' dtype); any of the three may be
+// null.
 struct CrossEntropyWithGradBuffers {
   const void* logits;
   const int64_t* target;

@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kCrossEntropyResidentThreads)
     if constexpr (kSplit) part = cluster_merge(part, turn++, blocks_per_row, rank);
     const A lse_row = row_lse(part.state);
     if (tid == 0 && rank == 0) {
-      lse[row] = lse_row;
+      if (lse) lse[row] = lse_row;
       const A loss_row = row_loss_of(a, part.target_logit, part.state, t);
       if (row_loss) row_loss[row] = loss_row;
       block_loss += loss_row;
@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(kRowThreadsMax)
     }
     const bool kept = t != a.ignore_index;
     const auto record = [&](const LseState<A>& state) {
-      if (threads.rank == 0) lse[row] = row_lse(state);
+      if (threads.rank == 0 && lse) lse[row] = row_lse(state);
       if (makes_loss) {
         const A loss = row_loss_of(a, target_logit, state, t);
         if (row_loss) row_loss[row] = loss;

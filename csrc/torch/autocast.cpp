@@ -122,7 +122,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy_autocast(const at::Tensor& inpu
 }
 
 template <DeviceType Device>
-std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_with_grad_autocast(
+std::tuple<at::Tensor, at::Tensor> cross_entropy_with_grad_autocast(
     const at::Tensor& input, const at::Tensor& target, c10::string_view reduction, int64_t ignore_index,
     double label_smoothing) {
   AutocastOff<Device> off;

@@ -316,15 +316,15 @@ struct FusedLinearCrossEntropyFunction {
 // scales it (scale_once).
 struct CrossEntropyWithGradFunction {
   static constexpr const char* kName = "fastreduce::CrossEntropyBackward";
-  static Tensors3 op_call(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+  static Tensors2 op_call(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
                           int64_t ignore_index, double label_smoothing) {
     return call_cross_entropy_with_grad(input, target, reduction, ignore_index, label_smoothing);
   }
-  static void save(NodeContext* ctx, const Tensors3& out, const at::Tensor&, const at::Tensor& target,
+  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor&, const at::Tensor& target,
                    c10::string_view, int64_t ignore_index, double) {
-    const auto& [loss, lse, grad] = out;
+    const auto& [loss, grad] = out;
     save_to_scale(ctx, target, ignore_index, {grad});
-    ctx->mark_non_differentiable({lse, grad});
+    ctx->mark_non_differentiable({grad});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     return {scale_once(ctx, grads[0], "cross_entropy")[0], {}, {}, {}, {}};
@@ -336,16 +336,15 @@ struct CrossEntropyWithGradFunction {
 // so a node that saved them refuses to run on what is now the gradient.
 struct CrossEntropyGradOverLogitsFunction {
   static constexpr const char* kName = "fastreduce::CrossEntropyBackward";
-  static Tensors2 op_call(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
-                          int64_t ignore_index, double label_smoothing) {
-    auto out = call_cross_entropy_with_grad_inplace(input, target, reduction, ignore_index, label_smoothing);
+  static at::Tensor op_call(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+                            int64_t ignore_index, double label_smoothing) {
+    at::Tensor loss = call_cross_entropy_with_grad_inplace(input, target, reduction, ignore_index, label_smoothing);
     torch::autograd::impl::bump_version(input);
-    return out;
+    return loss;
   }
-  static void save(NodeContext* ctx, const Tensors2& out, const at::Tensor& input, const at::Tensor& target,
+  static void save(NodeContext* ctx, const at::Tensor&, const at::Tensor& input, const at::Tensor& target,
                    c10::string_view, int64_t ignore_index, double) {
     save_to_scale(ctx, target, ignore_index, {input});
-    ctx->mark_non_differentiable({std::get<1>(out)});
   }
   static variable_list backward(NodeContext* ctx, variable_list grads) {
     return {scale_once(ctx, grads[0], "cross_entropy")[0], {}, {}, {}, {}};

@@ -58,11 +58,11 @@ at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& 
 // gradient's laid out as theirs: the same buffer in place); target contiguous;
 // `op` names the caller in errors. The gradient is of grad_scale (undefined:
 // 1) times the summed row losses, or with `mean` of their mean over the rows
-// not ignored. Each row's loss goes to `row_loss` (accumulator type) and
-// their sum or mean to `loss` (0-d, the logits' dtype); either may be
-// undefined.
+// not ignored. Each row's lse and loss go to `lse` and `row_loss`
+// (accumulator type), their sum or mean to `loss` (0-d, the logits' dtype);
+// any of the three may be undefined.
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                                  bool mean, at::Tensor& lse, const at::Tensor& row_loss, const at::Tensor& loss,
+                                  bool mean, const at::Tensor& lse, const at::Tensor& row_loss, const at::Tensor& loss,
                                   at::Tensor& grad_input, int64_t ignore_index, double label_smoothing,
                                   const char* op);
 

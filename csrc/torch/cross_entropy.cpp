@@ -135,7 +135,7 @@ at::Tensor cross_entropy_row_losses(const at::Tensor& logits, const at::Tensor& 
 }
 
 void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& target, const at::Tensor& grad_scale,
-                                  bool mean, at::Tensor& lse, const at::Tensor& row_loss, const at::Tensor& loss,
+                                  bool mean, const at::Tensor& lse, const at::Tensor& row_loss, const at::Tensor& loss,
                                   at::Tensor& grad_input, int64_t ignore_index, double label_smoothing,
                                   const char* op) {
   TORCH_CHECK(has_unit_rows(logits) && row_stride(grad_input) == row_stride(logits), op,
@@ -145,47 +145,40 @@ void cross_entropy_with_grad_rows(const at::Tensor& logits, const at::Tensor& ta
   const c10::DeviceGuard guard(logits.device());
   cross_entropy_with_grad_stub(logits.device().type(), shape,
                                {logits.const_data_ptr(), target.const_data_ptr<int64_t>(),
-                                data_or_null(grad_scale), lse.data_ptr(), mutable_or_null(row_loss),
+                                data_or_null(grad_scale), mutable_or_null(lse), mutable_or_null(row_loss),
                                 mutable_or_null(loss), grad_input.data_ptr()});
 }
 
 namespace {
 
-// The loss and lse, the loss's gradient written into grad_input (which may
-// be the logits).
-std::tuple<at::Tensor, at::Tensor> with_grad_into(const at::Tensor& input, const at::Tensor& target,
-                                                  c10::string_view reduction, int64_t ignore_index,
-                                                  double label_smoothing, at::Tensor& grad_input, const char* op) {
+// The loss, its gradient written into grad_input (which may be the logits).
+at::Tensor with_grad_into(const at::Tensor& input, const at::Tensor& target, c10::string_view reduction,
+                          int64_t ignore_index, double label_smoothing, at::Tensor& grad_input, const char* op) {
   const CrossEntropyShape shape = check_problem(input, target, reduction, ignore_index, label_smoothing, op);
   TORCH_CHECK(shape.reduction != 0, op, ": the gradient in the forward needs reduction 'mean' or 'sum'");
   const bool mean = shape.reduction == 1;
-  at::Tensor lse = at::empty({shape.rows}, input.options().dtype(acc_type(input)));
   // No rows, none kept: the mean is 0 / 0 = NaN, as torch.
-  if (shape.rows == 0) return {at::full({}, mean ? std::numeric_limits<double>::quiet_NaN() : 0.0, input.options()), lse};
+  if (shape.rows == 0) return at::full({}, mean ? std::numeric_limits<double>::quiet_NaN() : 0.0, input.options());
   at::Tensor loss = at::empty({}, input.options());
-  cross_entropy_with_grad_rows(input, target.contiguous(), at::Tensor(), mean, lse, at::Tensor(), loss, grad_input,
-                               ignore_index, label_smoothing, op);
-  return {loss, lse};
+  cross_entropy_with_grad_rows(input, target.contiguous(), at::Tensor(), mean, at::Tensor(), at::Tensor(), loss,
+                               grad_input, ignore_index, label_smoothing, op);
+  return loss;
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backend::cross_entropy_with_grad(const at::Tensor& input,
-                                                                                const at::Tensor& target,
-                                                                                c10::string_view reduction,
-                                                                                int64_t ignore_index,
-                                                                                double label_smoothing) {
+std::tuple<at::Tensor, at::Tensor> backend::cross_entropy_with_grad(const at::Tensor& input, const at::Tensor& target,
+                                                                    c10::string_view reduction, int64_t ignore_index,
+                                                                    double label_smoothing) {
   at::Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
-  const auto [loss, lse] = with_grad_into(input.contiguous(), target, reduction, ignore_index, label_smoothing,
-                                          grad_input, "_cross_entropy_with_grad");
-  return {loss, lse, grad_input};
+  at::Tensor loss = with_grad_into(input.contiguous(), target, reduction, ignore_index, label_smoothing, grad_input,
+                                   "_cross_entropy_with_grad");
+  return {loss, grad_input};
 }
 
-std::tuple<at::Tensor, at::Tensor> backend::cross_entropy_with_grad_inplace(const at::Tensor& input,
-                                                                            const at::Tensor& target,
-                                                                            c10::string_view reduction,
-                                                                            int64_t ignore_index,
-                                                                            double label_smoothing) {
+at::Tensor backend::cross_entropy_with_grad_inplace(const at::Tensor& input, const at::Tensor& target,
+                                                    c10::string_view reduction, int64_t ignore_index,
+                                                    double label_smoothing) {
   TORCH_CHECK(input.is_contiguous(), "_cross_entropy_with_grad_: argument 'input' must be contiguous (the gradient "
                                      "is written over it)");
   at::Tensor grad_input = input;

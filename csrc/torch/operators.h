@@ -55,10 +55,10 @@
     "str reduction, int ignore_index, float label_smoothing) -> ()")                                               \
   X(cross_entropy_with_grad, "_cross_entropy_with_grad",                                                          \
     "_cross_entropy_with_grad(Tensor input, Tensor target, str reduction, int ignore_index, "                      \
-    "float label_smoothing) -> (Tensor loss, Tensor lse, Tensor grad_input)")                                      \
+    "float label_smoothing) -> (Tensor loss, Tensor grad_input)")                                                  \
   X(cross_entropy_with_grad_inplace, "_cross_entropy_with_grad_",                                                  \
     "_cross_entropy_with_grad_(Tensor(a!) input, Tensor target, str reduction, int ignore_index, "                 \
-    "float label_smoothing) -> (Tensor loss, Tensor lse)")                                                         \
+    "float label_smoothing) -> Tensor loss")                                                                       \
   X(scale_unless_one, "_scale_unless_one_",                                                                        \
     "_scale_unless_one_(Tensor(a!) self, Tensor factor, Tensor? target=None, int ignore_index=-100, "              \
     "bool per_row=False) -> ()")                                                                                   \

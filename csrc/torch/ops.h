@@ -76,17 +76,15 @@ void cross_entropy_backward_inplace(const at::Tensor& input, const at::Tensor& g
                                     const std::optional<at::Tensor>& grad_lse, const at::Tensor& target,
                                     const at::Tensor& lse, c10::string_view reduction, int64_t ignore_index,
                                     double label_smoothing);
-// The loss (reduction mean or sum), lse and the loss's gradient from one
-// read of the logits (the gradient computed in the forward, for a loss that
-// will be differentiated); the _ form writes the gradient over `input`
-// (contiguous).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_with_grad(const at::Tensor& input,
-                                                                       const at::Tensor& target,
-                                                                       c10::string_view reduction,
-                                                                       int64_t ignore_index, double label_smoothing);
-std::tuple<at::Tensor, at::Tensor> cross_entropy_with_grad_inplace(const at::Tensor& input, const at::Tensor& target,
-                                                                   c10::string_view reduction, int64_t ignore_index,
-                                                                   double label_smoothing);
+// The loss (reduction mean or sum) and its gradient from one read of the
+// logits (the gradient computed in the forward, for a loss that will be
+// differentiated); the _ form writes the gradient over `input` (contiguous)
+// and returns the loss.
+std::tuple<at::Tensor, at::Tensor> cross_entropy_with_grad(const at::Tensor& input, const at::Tensor& target,
+                                                           c10::string_view reduction, int64_t ignore_index,
+                                                           double label_smoothing);
+at::Tensor cross_entropy_with_grad_inplace(const at::Tensor& input, const at::Tensor& target,
+                                           c10::string_view reduction, int64_t ignore_index, double label_smoothing);
 // self *= factor (one element) unless factor is 1: a loss's gradient computed
 // in the forward, scaled in the backward without a host synchronisation.
 // With the loss's target, what torch's backward never scales is left as it
