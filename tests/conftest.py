@@ -1,4 +1,14 @@
+import atexit
 import os
+import shutil
+import tempfile
+
+# torch.compile's disk caches key a graph by the operators in it, not by the
+# private operators their autograd calls (pytorch/pytorch#144344): a cache an
+# older build wrote would replay that build's contracts. Each run compiles
+# into a directory of its own.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastreduce-inductor-")
+atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 import pytest
 import torch
