@@ -28,6 +28,7 @@ card's own limit (H100: 3024 GB/s, ANCHORS.md; H200: about 4330).
     python3 bench/peers.py [--ops rms_norm,softmax] [--dtypes bfloat16] [--widths 65536] [--append]
                            [--flush write]
     python3 bench/peers.py --summary docs/results/peers.json
+    python3 bench/peers.py --misses docs/results/peers_h100.json
 
 --append adds this run's cells to the last run's JSON (a bench split over
 several calls of a GPU machine) and prints the table of all of them.
@@ -39,7 +40,9 @@ rank peers differently at short rows (torch.compile's add + layer_norm at
 (8192, 768) bf16: 14.0 µs after a read, 19-20 after a write). Its JSON is
 peers_write_flush.json.
 --summary prints where a saved run's cells stand against the best peer (the
-counts on exact ratios, each cell behind by 5% or more) without running.
+counts on exact ratios, each cell behind by 5% or more) without running;
+--misses lists every cell that misses one of issue 31's targets, beside the
+copy of its bytes.
 """
 
 from __future__ import annotations
@@ -359,6 +362,42 @@ def summary(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Issue 31's per-call targets for cross-entropy forward + backward (bf16):
+# 90% of the rate of one read of the logits and one write of the gradient.
+CALL_TARGETS_US = {("cross_entropy", (8192, 50304), "bfloat16", "fwd+bwd"): 620.0,
+                   ("cross_entropy", (4096, 128256), "bfloat16", "fwd+bwd"): 780.0}
+
+
+def misses(rows) -> str:
+    """Every cell that misses a target of issue 31, worst first within each
+    target, beside the copy of its bytes timed in the same run (the limit a
+    kernel of that traffic meets): behind the best peer in kernel or call
+    time, a forward under 95% of the copy's rate, a call over its target."""
+    def cell(c):
+        return f"{c['op']} ({', '.join(map(str, c['shape']))}) {c['dtype']} {c['pass']}"
+
+    found = []
+    for timing, what in (("kernel_us", "kernel behind the best peer"), ("call_us", "call behind the best peer")):
+        for c in rows:
+            if (r := ratio(c, timing)) is not None and r < 1:
+                best = min((v, k) for k, v in c[timing].items() if k != "fastreduce")
+                found.append((what, r, c, c[timing]["fastreduce"], f"{best[0]:.1f} ({best[1]})"))
+    for c in rows:
+        ours = c["kernel_us"].get("fastreduce")
+        if c["pass"] == "fwd" and "copy_us" in c and ours and (r := c["copy_us"]["kernel"] / ours) < 0.95:
+            found.append(("forward under 95% of the copy", r, c, ours, f"{c['copy_us']['kernel'] / 0.95:.1f}"))
+        if (target := CALL_TARGETS_US.get(cell_key(c))) and (ours := c["call_us"].get("fastreduce")) > target:
+            found.append(("call over its target", target / ours, c, ours, f"{target:.0f}"))
+    order = {w: i for i, w in enumerate(["kernel behind the best peer", "call behind the best peer",
+                                         "forward under 95% of the copy", "call over its target"])}
+    lines = ["| target missed | cell | fastreduce µs | target µs | ratio | copy of the bytes µs (kernel / call) |",
+             "|---|---|---|---|---|---|"]
+    for what, r, c, ours, target in sorted(found, key=lambda f: (order[f[0]], f[1])):
+        copy = f"{c['copy_us']['kernel']:.1f} / {c['copy_us']['call']:.1f}" if "copy_us" in c else ""
+        lines.append(f"| {what} | {cell(c)} | {ours:.1f} | {target} | {r:.3f} | {copy} |")
+    return "\n".join(lines) + "\n"
+
+
 def cell_key(c):
     return c["op"], tuple(c["shape"]), c["dtype"], c["pass"]
 
@@ -396,10 +435,12 @@ def main():
     parser.add_argument("--append", action="store_true")
     parser.add_argument("--flush", choices=["read", "write"], default="read")
     parser.add_argument("--summary", metavar="JSON", help="print where a saved run's cells stand, and exit")
+    parser.add_argument("--misses", metavar="JSON", help="print every cell of a saved run that misses a target, and exit")
     args = parser.parse_args()
-    if args.summary:
-        with open(args.summary) as f:
-            print(summary(json.load(f)["cells"]), end="")
+    if args.summary or args.misses:
+        with open(args.summary or args.misses) as f:
+            cells = json.load(f)["cells"]
+        print((summary if args.summary else misses)(cells), end="")
         return
     torch._dynamo.config.cache_size_limit = 256
     torch._dynamo.config.accumulated_cache_size_limit = 4096
