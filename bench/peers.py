@@ -342,22 +342,29 @@ def ratio(cell: dict, timing: str) -> float | None:
     return min(others) / times["fastreduce"] if others and "fastreduce" in times else None
 
 
+def copy_ratio(cell: dict) -> float | None:
+    """A forward's kernel time against the copy of its bytes (1: the copy's rate)."""
+    ours = cell["kernel_us"].get("fastreduce")
+    return cell["copy_us"]["kernel"] / ours if cell["pass"] == "fwd" and "copy_us" in cell and ours else None
+
+
+def cell_name(c: dict) -> str:
+    return f"{c['op']} ({', '.join(map(str, c['shape']))}) {c['dtype']} {c['pass']}"
+
+
 def summary(rows) -> str:
     """Where the cells stand against the best peer, both timings, on the exact
     ratios (the table prints them to two places), and the forwards against the
     copy of their bytes."""
-    def name(c):
-        return f"{c['op']} ({', '.join(map(str, c['shape']))}) {c['dtype']} {c['pass']}"
-
     lines = []
     for timing, what in (("kernel_us", "kernel"), ("call_us", "per call")):
         rated = [(r, c) for c in rows if (r := ratio(c, timing)) is not None]
-        behind = sorted((r, name(c)) for r, c in rated if r < 0.95)
+        behind = sorted((r, cell_name(c)) for r, c in rated if r < 0.95)
         lines.append(f"{what}: at or ahead of the best peer in {sum(r >= 1 for r, _ in rated)} of {len(rated)} "
                      f"cells, within 3% in {sum(r >= 0.97 for r, _ in rated)}, behind by 5% or more in {len(behind)}"
                      + "".join(f"\n  {r:.3f} {n}" for r, n in behind))
-    forwards = [c for c in rows if c["pass"] == "fwd" and "copy_us" in c and c["kernel_us"].get("fastreduce")]
-    near_copy = sum(c["copy_us"]["kernel"] / c["kernel_us"]["fastreduce"] >= 0.95 for c in forwards)
+    forwards = [r for c in rows if (r := copy_ratio(c)) is not None]
+    near_copy = sum(r >= 0.95 for r in forwards)
     lines.append(f"forwards at >= 95% of the copy of their bytes (kernel): {near_copy} of {len(forwards)}")
     return "\n".join(lines) + "\n"
 
@@ -373,9 +380,6 @@ def misses(rows) -> str:
     target, beside the copy of its bytes timed in the same run (the limit a
     kernel of that traffic meets): behind the best peer in kernel or call
     time, a forward under 95% of the copy's rate, a call over its target."""
-    def cell(c):
-        return f"{c['op']} ({', '.join(map(str, c['shape']))}) {c['dtype']} {c['pass']}"
-
     found = []
     for timing, what in (("kernel_us", "kernel behind the best peer"), ("call_us", "call behind the best peer")):
         for c in rows:
@@ -383,9 +387,9 @@ def misses(rows) -> str:
                 best = min((v, k) for k, v in c[timing].items() if k != "fastreduce")
                 found.append((what, r, c, c[timing]["fastreduce"], f"{best[0]:.1f} ({best[1]})"))
     for c in rows:
-        ours = c["kernel_us"].get("fastreduce")
-        if c["pass"] == "fwd" and "copy_us" in c and ours and (r := c["copy_us"]["kernel"] / ours) < 0.95:
-            found.append(("forward under 95% of the copy", r, c, ours, f"{c['copy_us']['kernel'] / 0.95:.1f}"))
+        if (r := copy_ratio(c)) is not None and r < 0.95:
+            found.append(("forward under 95% of the copy", r, c, c["kernel_us"]["fastreduce"],
+                          f"{c['copy_us']['kernel'] / 0.95:.1f}"))
         if (target := CALL_TARGETS_US.get(cell_key(c))) and (ours := c["call_us"].get("fastreduce")) > target:
             found.append(("call over its target", target / ours, c, ours, f"{target:.0f}"))
     order = {w: i for i, w in enumerate(["kernel behind the best peer", "call behind the best peer",
@@ -394,7 +398,7 @@ def misses(rows) -> str:
              "|---|---|---|---|---|---|"]
     for what, r, c, ours, target in sorted(found, key=lambda f: (order[f[0]], f[1])):
         copy = f"{c['copy_us']['kernel']:.1f} / {c['copy_us']['call']:.1f}" if "copy_us" in c else ""
-        lines.append(f"| {what} | {cell(c)} | {ours:.1f} | {target} | {r:.3f} | {copy} |")
+        lines.append(f"| {what} | {cell_name(c)} | {ours:.1f} | {target} | {r:.3f} | {copy} |")
     return "\n".join(lines) + "\n"
 
 
