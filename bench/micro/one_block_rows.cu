@@ -1,7 +1,7 @@
-// rms_norm and layer_norm bf16 rows in one block of up to 1024 threads a row, no cluster (Liger's layout:
-// rows of 32768 in 1024 threads at 4 packs), against the launcher (at 32768: the pipelined
-// kernel in a cluster of 8 blocks of 64, the launchers' blocks are capped at kRowThreadsMax =
-// 512 threads) and a copy of the same bytes. The question: does a bigger block beat the cluster
+// rms_norm and layer_norm bf16 rows in one block of up to 1024 threads a row, no cluster
+// (Liger's layout: rows of 32768 in 1024 threads at 4 packs), against the launcher (at 32768:
+// the pipelined kernel in a cluster of 8 blocks of 64, the launchers' blocks are capped at
+// kRowThreadsMax = 512 threads) and a copy of the same bytes. The question: does a bigger block beat the cluster
 // on the H100, where bench/peers.py had Liger at 175.8 µs, the launcher at 183.2, the copy 173.1?
 //   bash bench/micro/run.sh one_block_rows
 #include <cuda_bf16.h>
@@ -12,7 +12,7 @@
 using namespace fastreduce;
 using T = __nv_bfloat16;
 
-// kCentered: layer_norm (sums against the row's first value, one block reduction of both).
+// kCentered: layer_norm (sums against the row's first value, both in one block reduction).
 template <int kThreads, int kPacks, bool kCentered>
 __global__ void __launch_bounds__(kThreads)
     one_block_row(const uint4* x, const uint4* w, const uint4* bias, uint4* y, float* mean_out, float* rstd_out,
@@ -24,32 +24,21 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < kPacks; ++i) p[i] = xr[threadIdx.x + i * kThreads];
   const float shift = kCentered ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(xr)[0]) : 0.f;
-  float2 s{0.f, 0.f};  // sum and sum of squares of x - shift
+  Deviations<float> s(0);  // of x - shift: its sum and sum of squares
 #pragma unroll
   for (int i = 0; i < kPacks; ++i) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&p[i]);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float2 f = __bfloat1622float2(h[j]);
-      const float a = f.x - shift, b = f.y - shift;
-      s.x += a + b;
-      s.y += a * a + b * b;
+      s.add(f.x - shift);
+      s.add(f.y - shift);
     }
   }
-#pragma unroll
-  for (int o = 16; o; o >>= 1) s.x += __shfl_xor_sync(~0u, s.x, o), s.y += __shfl_xor_sync(~0u, s.y, o);
-  __shared__ float2 part[kThreads / 32];
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
-  __syncthreads();
-  s = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : float2{0.f, 0.f};
-  if (threadIdx.x < 32) {
-#pragma unroll
-    for (int o = 16; o; o >>= 1) s.x += __shfl_xor_sync(~0u, s.x, o), s.y += __shfl_xor_sync(~0u, s.y, o);
-    if (threadIdx.x == 0) part[0] = s;
-  }
-  __syncthreads();
-  const float offset = kCentered ? part[0].x / n : 0.f, mean = shift + offset;
-  const float r = rsqrtf(part[0].y / n - offset * offset + eps);
+  __shared__ Deviations<float> scratch[kWarpSize];
+  s = block_allreduce<SumOp<Deviations<float>>>(s, scratch);
+  const float offset = kCentered ? s.sum / n : 0.f, mean = shift + offset;
+  const float r = rsqrtf(s.squares / n - offset * offset + eps);
 #pragma unroll
   for (int i = 0; i < kPacks; ++i) {
     const uint4 wp = w[threadIdx.x + i * kThreads];
