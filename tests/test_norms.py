@@ -92,12 +92,13 @@ def add_layer_norm_against_torch(x, w, b):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 12000, 12001, 40000, 262144])
+@pytest.mark.parametrize("n", [768, 12000, 12001, 32768, 40000, 262144])
 def test_rows_far_from_zero(device, dtype, n):
     # Rows whose mean is far above their spread, a ramp, and a first element
     # 300 deviations out (on the GPU, 768: warp rows; 12000: a block's
     # registers; 12001: loose rows, read twice but float16 layer_norm's;
-    # 40000 and 262144: rows across a cluster): neither the mean
+    # 32768: two-byte ones in a block of 1024 threads, float ones and the
+    # add's in a cluster; 40000 and 262144: rows across a cluster): neither the mean
     # nor the output may round at the scale of the values. With a residual,
     # h = x + residual is the row.
     x = (1000 + torch.randn(6, n, device=device)).to(dtype)
@@ -111,7 +112,7 @@ def test_rows_far_from_zero(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 1000, 12000, 12001, 16384, 40000, 262144])
+@pytest.mark.parametrize("n", [768, 1000, 12000, 12001, 16384, 32768, 40000, 262144])
 def test_statistics_whatever_the_first_value(device, dtype, n):
     # On the GPU a row's deviations from its first value are summed in one
     # reduction while the mean lies within sqrt(8) deviations of that value,
@@ -119,7 +120,8 @@ def test_statistics_whatever_the_first_value(device, dtype, n):
     # rows whose first value lies 0 to 300 deviations out, on both sides of
     # the bound, through every row kernel (768: warp rows, staged for half
     # types; 1000: not whole packs; 12000 and 16384: a block, floats read
-    # twice; 12001: loose rows read twice; 40000 and 262144: clusters).
+    # twice; 12001: loose rows read twice; 32768: two-byte ones a block of
+    # 1024 threads; 40000 and 262144: clusters).
     spreads = [0.0, 1.0, 2.6, 3.0, -3.0, 10.0, 300.0]
     x = 500 + torch.randn(len(spreads), n, device=device)
     x[:, 0] = 500 + torch.tensor(spreads, device=device)
@@ -132,7 +134,7 @@ def test_statistics_whatever_the_first_value(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [768, 1000, 12000, 12001, 262144])
+@pytest.mark.parametrize("n", [768, 1000, 12000, 12001, 32768, 262144])
 def test_rows_with_values_far_out(device, dtype, n):
     # Single values 10^3-10^4 deviations out (the massive activations of
     # LLMs' hidden states), first, mid-row, last, or many of 300: every
@@ -151,7 +153,7 @@ def test_rows_with_values_far_out(device, dtype, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [260, 768, 1000, 1600, 2049, 4096, 8191, 8192, 65536])
+@pytest.mark.parametrize("n", [260, 768, 1000, 1600, 2049, 4096, 8191, 8192, 32768, 65536])
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 1.0])
 def test_rows_whose_squares_overflow(device, dtype, n, eps):
     # Values of 1e30: the sum of squared deviations overflows float, so the
@@ -509,6 +511,30 @@ def test_half_rms_rows_of_one_block_read_twice(device, dtype, n, with_weight):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [16392, 20000, 24576, 32760, 32768])
+@pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
+                                                          ("layer", False, True), ("layer", True, True),
+                                                          ("rms", False, False), ("rms", True, False)])
+def test_half_rows_of_one_block_of_up_to_1024_threads(device, dtype, n, kind, with_weight, with_bias):
+    # Two-byte rows of 16385-32768 without a residual run one block of up to
+    # 1024 threads a row on the GPU, four packs a thread (16392, 20000 and
+    # 32760 leave the last warp's packs short of the row); 16384 is read
+    # twice, 32769 and wider go to clusters. Forward and backward with each
+    # combination of the parameters.
+    rows = 5
+    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
+    w = torch.randn(n, device=device).to(dtype) if with_weight else None
+    b = torch.randn(n, device=device).to(dtype) if with_bias else None
+    g = torch.randn(rows, n, device=device).to(dtype)
+    if kind == "layer":
+        outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c),
+                                lambda t, v, c: F.layer_norm(t, [n], v, c), (x, w, b), (g,))
+    else:
+        outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [8184, 8192, 8200, 12000, 16384])
 @pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
                                                           ("layer", False, True), ("layer", True, True),
@@ -591,9 +617,10 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks: without the fused add, the pipelined walk (8 packs a
     # thread, 64-512 threads a block in clusters of 8 or more: two-byte rows
-    # of 16385-524288, float rows of 16385-262144; 5 packs in 8 blocks of 512
-    # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 64, 128
-    # and 160 at 20000, 40000 and 45000 two-byte; 16 blocks of 512
+    # of 32769-524288, float rows of 16385-262144; 5 packs in 8 blocks of 512
+    # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 128 and
+    # 160 at 40000 and 45000 two-byte; two-byte rows of 16385-32768 (20000,
+    # 32768) take one block of up to 1024 threads instead; 16 blocks of 512
     # at 524288 bf16 and 262144 floats); with the add, or for doubles, the
     # lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
     # double rows past 32768 and 16384, which load the next row during each

@@ -193,10 +193,13 @@ def test_forward_of_more_cluster_rows_than_a_wave(n, dtype):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", LOW)
-@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 20000, 65536, 65537, 100000, 262144])
+@pytest.mark.parametrize("n", [1025, 1600, 2049, 4096, 6144, 8192, 12000, 16392, 20000, 32760, 32768, 65536, 65537,
+                               100000, 262144])
 def test_long_rows(dtype, n):
-    # Rows past 1024 run one block per row with the row in registers, a
-    # cluster of blocks or the shared-memory kernels beyond (as layer_norm's,
+    # Rows past 1024 run one block per row with the row in registers (two-
+    # byte forwards of 16385-32768 in blocks of up to 1024 threads: 16392,
+    # 20000 and 32760 leave the last warp short of the row), a cluster of
+    # blocks or the shared-memory kernels beyond (as layer_norm's,
     # test_norms.py); two-byte backwards past 16384 the pipelined walk
     # (20000 and 100000: part of a cluster idle; 262144: 512-thread blocks).
     x = (torch.randn(6, n, device="cuda") * 3 + 1).to(dtype).requires_grad_()
@@ -254,7 +257,7 @@ def test_rows_that_are_not_whole_packs(dtype, n, input_offset, gradient_offset):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [12000, 65536, 262144])
+@pytest.mark.parametrize("n", [12000, 32768, 65536, 262144])
 def test_wide_rows_of_huge_logits(dtype, n):
     # A row maximum past 2^24 takes a second maximum: a third exchange between
     # the blocks of a cluster, reusing the first one's inbox.
@@ -281,9 +284,10 @@ def test_walked_rows_of_huge_and_plain_logits(dtype, rows, n):
 @requires_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [12000, 40000, 40001, 262144])
+@pytest.mark.parametrize("n", [12000, 32768, 40000, 40001, 262144])
 def test_wide_rows_whose_blocks_differ(dtype, n):
-    # Rows across a cluster (40000, 40001, 262144) or one block (12000) whose parts
+    # Rows across a cluster (40000, 40001, 262144) or one block (12000; 32768
+    # two-byte in 1024 threads) whose parts
     # differ: blocks hundreds below the row's maximum (ramps), half a row of
     # -inf (a block with no finite maximum), and rows torch makes NaN (all
     # -inf, a NaN, a +inf).
@@ -304,15 +308,16 @@ def test_wide_rows_whose_blocks_differ(dtype, n):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("rows, n", [(16, 768), (16, 1024), (16, 1600), (16, 8192), (16, 65536), (40, 262144),
-                                     (40, 20000), (40, 100000), (16, 8191), (40, 50257)])
+                                     (40, 20000), (40, 32768), (40, 100000), (16, 8191), (40, 50257)])
 def test_rows_whatever_their_first_value(dtype, rows, n):
     # Two-byte rows, and the pipelined walk's rows (two-byte past 16384,
     # float 16385-131072), take their exponentials against the row's first
     # value, unless their sum is over 2^96, or the first value is not
     # finite or past 2^24: then the row again against its maximum. Rows of
-    # each kind, in warp rows, block rows, clusters and walked clusters
-    # (20000, 65536, 100000, 262144; part of a cluster idle at 20000 and
-    # 100000), and rows that are not whole packs (8191, 50257).
+    # each kind, in warp rows, block rows (two-byte 20000 and 32768 in up to
+    # 1024 threads), clusters and walked clusters (float 20000 and 32768,
+    # 65536, 100000, 262144; part of a cluster idle at 20000 and 100000), and
+    # rows that are not whole packs (8191, 50257).
     x = (torch.randn(rows, n, device="cuda") * 3).to(dtype)
     # The rows' maxima are 9-16 (the largest of 768-262144 draws).
     x[0::8, 0] = -200.0  # the exponentials overflow: the second pass

@@ -435,10 +435,12 @@ constexpr size_t staged_add_bytes(int warps) {
 // output pass has no null checks or selects. kFullRow (warp rows): compiled
 // for rows of exactly kPacks packs a lane, so that no pack is guarded. P:
 // the parameters' type; float beside two-byte rows loads them per pack.
+// kThreads: the most threads a block (kWideRowThreads for the widest
+// one-block rows).
 template <typename T, int kPacks, int kVec, bool kWarpRows, typename Math, bool kWalk = false,
           ParamLoads kParams = ParamLoads::kPerPack, ResidualAdd kResidual = ResidualAdd::kInRegisters,
-          bool kAffine = false, bool kFullRow = false, typename P = T>
-__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
+          bool kAffine = false, bool kFullRow = false, typename P = T, int kThreads = kRowThreadsBound<kWarpRows>>
+__global__ void __launch_bounds__(kThreads, (forward_min_blocks<T, kPacks, kVec, Math, kWalk>()))
     norm_forward_lanes_kernel(NormForwardArgs<T, P> a) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");
   static_assert(kResidual != ResidualAdd::kStaged || (kWarpRows && sizeof(VecN<T, kVec>) == 16),

@@ -64,9 +64,11 @@ __global__ void softmax_backward_kernel(const T* __restrict__ dy, const T* __res
 // kWalk (block rows in clusters of kWalkClusterMin, as the norm forward's):
 // fewer row groups than rows are launched, group k taking rows k, k + G, ...
 // kLoose: plain rows that are not whole packs (PackedRow), a loose element
-// in the first threads' `spare`.
-template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal, bool kWalk = false, bool kLoose = false>
-__global__ void __launch_bounds__(kRowThreadsBound<kWarpRows>)
+// in the first threads' `spare`. kThreads: the most threads a block
+// (kWideRowThreads for the widest one-block rows).
+template <typename T, int kPacks, int kVec, bool kWarpRows, bool kCausal, bool kWalk = false, bool kLoose = false,
+          int kThreads = kRowThreadsBound<kWarpRows>>
+__global__ void __launch_bounds__(kThreads)
     softmax_forward_lanes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n, int64_t causal,
                                  opmath_t<T> scale) {
   static_assert(!kWalk || !kWarpRows, "block rows walk");

@@ -479,6 +479,22 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
             <<<a.rows, block_lane_threads(n / Vec16<T>::kSize), 0, stream>>>(a);
         return cudaGetLastError();
       }
+    // Two-byte rows of 16385-32768 without a residual: one block a row of up
+    // to kWideRowThreads threads, four packs each, where the pipelined kernel
+    // below would split the row over a cluster. H100, bf16 (4096, 32768),
+    // µs, a probe of this layout (bench/micro/one_block_rows.cu): rms_norm
+    // 185.9 -> 178.2 (the copy 175.6).
+    if constexpr (kHalfType)
+      if (!a.residual && n > kRereadRowMax && n <= int64_t(4) * kWideRowThreads * Vec16<T>::kSize &&
+          packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
+        constexpr int kVec = Vec16<T>::kSize;
+        const auto kernel = affine ? norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kPerPack,
+                                                               ResidualAdd::kNone, true, false, T, kWideRowThreads>
+                                   : norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kPerPack,
+                                                               ResidualAdd::kNone, false, false, T, kWideRowThreads>;
+        kernel<<<a.rows, int(fewest_threads_holding(n / kVec, 1, 4)), 0, stream>>>(a);
+        return cudaGetLastError();
+      }
     // Walking clusters hold each thread's weight and bias packs in shared memory.
     const size_t weight_bytes = a.weight ? sizeof(Vec16<T>) : 0;
     const size_t bias_bytes = Math::kCentered && a.bias ? sizeof(Vec16<T>) : 0;

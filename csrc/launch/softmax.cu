@@ -83,6 +83,17 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
         return launch_warp_rows(softmax_forward_lanes_kernel<T, decltype(per_lane)::value / kVec, kVec, true, false>,
                                 rows, stream, row_args);
       });
+    // Plain two-byte rows of 16385-32768: one block a row of up to
+    // kWideRowThreads threads, four packs each (as the norm forward's).
+    if constexpr (sizeof(T) == 2)
+      if (!causal && n > int64_t(4) * kRowThreadsMax * Vec16<T>::kSize &&
+          n <= int64_t(4) * kWideRowThreads * Vec16<T>::kSize && packable<T>(n, {x, y})) {
+        constexpr int kVec = Vec16<T>::kSize;
+        const auto kernel = softmax_forward_lanes_kernel<T, 4, kVec, false, false, false, false, kWideRowThreads>;
+        std::apply([&](auto... a) { kernel<<<rows, int(fewest_threads_holding(n / kVec, 1, 4)), 0, stream>>>(a...); },
+                   row_args);
+        return cudaGetLastError();
+      }
     // Plain rows past one block: the pipelined kernel (rows.h). H200, µs,
     // against the four-pack kernel: bf16 (512, 262144) 175.6 -> 148.8,
     // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32
