@@ -449,19 +449,22 @@ def test_wide_float_layer_norm_rows_each_parameter(device, n, with_weight, with_
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n", [520, 768, 776, 1000, 1024, 1288, 1536, 1600, 1792])
+@pytest.mark.parametrize("n", [520, 768, 776, 1000, 1024, 1288, 1536, 1600, 1792, 16392, 20000, 24576, 32760, 32768])
 @pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
                                                         ("layer", False, True), ("layer", True, True),
                                                         ("rms", False, False), ("rms", True, False)])
-def test_half_rows_a_warp_each_parameter(device, dtype, n, kind, with_weight, with_bias):
-    # Two-byte rows of three to seven 16-byte packs a lane (513-1792 wide)
-    # without a residual run in registers on the GPU, a warp a row, loading
-    # the parameters pack by pack (520, 776, 1000, 1288: the last pack group
+def test_half_rows_in_registers_each_parameter(device, dtype, n, kind, with_weight, with_bias):
+    # Two-byte rows without a residual held in registers on the GPU, loading
+    # the parameters pack by pack: three to seven 16-byte packs a lane
+    # (513-1792 wide) a warp a row (520, 776, 1000, 1288: the last pack group
     # short of the warp; 768 and 1536: layer_norm's three and rms_norm's six
-    # packs, rows of exactly that many compiled with no pack guarded);
-    # forward and backward with each combination of weight and bias
-    # (rms_norm: the weight).
-    rows = 45
+    # packs, rows of exactly that many compiled with no pack guarded), and
+    # rows of 16385-32768 one block of up to 1024 threads a row at four
+    # packs a thread (16392, 20000 and 32760: the last warp short of the
+    # row; 16384 is read twice, wider rows go to clusters). Forward and
+    # backward with each combination of weight and bias (rms_norm: the
+    # weight).
+    rows = 45 if n <= 1792 else 5
     x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
     w = torch.randn(n, device=device).to(dtype) if with_weight else None
     b = torch.randn(n, device=device).to(dtype) if with_bias else None
@@ -508,30 +511,6 @@ def test_half_rms_rows_of_one_block_read_twice(device, dtype, n, with_weight):
     w = torch.randn(n, device=device).to(dtype) if with_weight else None
     g = torch.randn(rows, n, device=device).to(dtype)
     outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n", [16392, 20000, 24576, 32760, 32768])
-@pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
-                                                          ("layer", False, True), ("layer", True, True),
-                                                          ("rms", False, False), ("rms", True, False)])
-def test_half_rows_of_one_block_of_up_to_1024_threads(device, dtype, n, kind, with_weight, with_bias):
-    # Two-byte rows of 16385-32768 without a residual run one block of up to
-    # 1024 threads a row on the GPU, four packs a thread (16392, 20000 and
-    # 32760 leave the last warp's packs short of the row); 16384 is read
-    # twice, 32769 and wider go to clusters. Forward and backward with each
-    # combination of the parameters.
-    rows = 5
-    x = (torch.randn(rows, n, device=device) * 3 + 1).to(dtype)
-    w = torch.randn(n, device=device).to(dtype) if with_weight else None
-    b = torch.randn(n, device=device).to(dtype) if with_bias else None
-    g = torch.randn(rows, n, device=device).to(dtype)
-    if kind == "layer":
-        outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c),
-                                lambda t, v, c: F.layer_norm(t, [n], v, c), (x, w, b), (g,))
-    else:
-        outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
 
 
 @pytest.mark.parametrize("device", DEVICES)
