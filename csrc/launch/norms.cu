@@ -481,9 +481,10 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
       }
     // Two-byte rows of 16385-32768 without a residual: one block a row of up
     // to kWideRowThreads threads, four packs each, where the pipelined kernel
-    // below would split the row over a cluster. H100, bf16 (4096, 32768),
-    // µs, a probe of this layout (bench/micro/one_block_rows.cu): rms_norm
-    // 185.9 -> 178.2 (the copy 175.6).
+    // below would split the row over a cluster (whose exchange cost the
+    // time: bench/micro/one_block_rows.cu). H100, bf16 (4096, 32768), kernel
+    // µs in bench/peers.py, clusters -> one block: rms_norm 183.2 -> 175.7,
+    // layer_norm 193.1 -> 178.7 (the copy of their bytes 173).
     if constexpr (kHalfType)
       if (!a.residual && n > kRereadRowMax && n <= int64_t(4) * kWideRowThreads * Vec16<T>::kSize &&
           packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
