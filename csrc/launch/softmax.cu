@@ -98,7 +98,8 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
       }
     // Plain rows past one block: the pipelined kernel (rows.h). H200, µs,
     // against the four-pack kernel: bf16 (512, 262144) 175.6 -> 148.8,
-    // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2; float32
+    // (1024, 131072) 163.7 -> 140.9, (4096, 32768) 145.6 -> 139.2 (before
+    // the one-block rows above took it); float32
     // (512, 131072) 152.5 -> 134.7, (2048, 32768) 137.9 -> 133.3. Loose rows
     // too: bf16 (8192, 50257) 517 -> 482 (436 at 50304), float32 854 (839).
     // Their blocks: launch_pipelined_rows.
