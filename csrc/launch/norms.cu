@@ -486,14 +486,15 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // µs in bench/peers.py, clusters -> one block: rms_norm 183.2 -> 175.7,
     // layer_norm 193.1 -> 178.7 (the copy of their bytes 173).
     if constexpr (kHalfType)
-      if (!a.residual && n > kRereadRowMax && n <= int64_t(4) * kWideRowThreads * Vec16<T>::kSize &&
-          packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
+      if (const int threads = wide_row_threads<T>(n);
+          threads && !a.residual && packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
         constexpr int kVec = Vec16<T>::kSize;
-        const auto kernel = affine ? norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kPerPack,
-                                                               ResidualAdd::kNone, true, false, T, kWideRowThreads>
-                                   : norm_forward_lanes_kernel<T, 4, kVec, false, Math, false, ParamLoads::kPerPack,
-                                                               ResidualAdd::kNone, false, false, T, kWideRowThreads>;
-        kernel<<<a.rows, int(fewest_threads_holding(n / kVec, 1, 4)), 0, stream>>>(a);
+        const auto kernel =
+            affine ? norm_forward_lanes_kernel<T, kWideRowPacks, kVec, false, Math, false, ParamLoads::kPerPack,
+                                               ResidualAdd::kNone, true, false, T, kWideRowThreads>
+                   : norm_forward_lanes_kernel<T, kWideRowPacks, kVec, false, Math, false, ParamLoads::kPerPack,
+                                               ResidualAdd::kNone, false, false, T, kWideRowThreads>;
+        kernel<<<a.rows, threads, 0, stream>>>(a);
         return cudaGetLastError();
       }
     // Walking clusters hold each thread's weight and bias packs in shared memory.

@@ -518,6 +518,17 @@ inline int64_t fewest_threads_holding(int64_t groups, int cluster, int packs) {
   return ceil_div(groups, int64_t(cluster) * packs * kWarpSize) * kWarpSize;
 }
 
+// Two-byte rows past kRowThreadsMax threads' kWideRowPacks packs that
+// kWideRowThreads threads hold (16385-32768 elements): the threads of their
+// one block, whole warps; 0 for other rows.
+template <typename T>
+int wide_row_threads(int64_t n) {
+  static_assert(sizeof(T) == 2, "two-byte rows");
+  constexpr int64_t kVec = Vec16<T>::kSize;
+  if (n <= kWideRowPacks * kRowThreadsMax * kVec || n > kWideRowPacks * kWideRowThreads * kVec) return 0;
+  return int(fewest_threads_holding(n / kVec, 1, kWideRowPacks));
+}
+
 // Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs, filling
 // under three quarters of their slots: the fewest warps that hold them at
 // kFewerPipelinedPacks where those leave fewer slots empty; 0 else. Fuller

@@ -88,12 +88,10 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // H100, bf16 (4096, 32768), kernel µs in bench/peers.py: clusters 185.7
     // -> one block 175.2 (the copy 172.8).
     if constexpr (sizeof(T) == 2)
-      if (!causal && n > int64_t(4) * kRowThreadsMax * Vec16<T>::kSize &&
-          n <= int64_t(4) * kWideRowThreads * Vec16<T>::kSize && packable<T>(n, {x, y})) {
-        constexpr int kVec = Vec16<T>::kSize;
-        const auto kernel = softmax_forward_lanes_kernel<T, 4, kVec, false, false, false, false, kWideRowThreads>;
-        std::apply([&](auto... a) { kernel<<<rows, int(fewest_threads_holding(n / kVec, 1, 4)), 0, stream>>>(a...); },
-                   row_args);
+      if (const int threads = wide_row_threads<T>(n); threads && !causal && packable<T>(n, {x, y})) {
+        const auto kernel = softmax_forward_lanes_kernel<T, kWideRowPacks, Vec16<T>::kSize, false, false, false,
+                                                         false, kWideRowThreads>;
+        std::apply([&](auto... a) { kernel<<<rows, threads, 0, stream>>>(a...); }, row_args);
         return cudaGetLastError();
       }
     // Plain rows past one block: the pipelined kernel (rows.h). H200, µs,
