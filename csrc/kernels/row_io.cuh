@@ -315,12 +315,13 @@ __device__ __forceinline__ int64_t warp_row(int64_t rows) {
 // Threads per row of the block-per-row register kernels at most: 4 packs
 // each covers 8192 floats or 16384 bf16.
 constexpr int kRowThreadsMax = 512;
-// Two-byte rows of up to 32768 in one block of kWideRowThreads threads at
-// kWideRowPacks each (64 registers a thread at most), not a cluster of
-// kRowThreadsMax-thread blocks, whose exchange cost the H100 4-8% there
-// (norms.cu, softmax.cu).
+// Rows of up to 32768 in one block of kWideRowThreads threads at 32
+// elements each (kWideRowPacks<T> packs; 64 registers a thread at most), not
+// a cluster of kRowThreadsMax-thread blocks, whose exchange cost the H100
+// 4-8% there (norms.cu, softmax.cu).
 constexpr int kWideRowThreads = 1024;
-constexpr int kWideRowPacks = 4;
+template <typename T>
+constexpr int kWideRowPacks = 32 / Vec16<T>::kSize;
 
 // A launch in clusters of blocks (sm_90) gives each cluster one row: the
 // cluster's size and this block's place in it (1 and 0 without clusters).

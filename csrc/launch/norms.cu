@@ -479,20 +479,21 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
             <<<a.rows, block_lane_threads(n / Vec16<T>::kSize), 0, stream>>>(a);
         return cudaGetLastError();
       }
-    // Two-byte rows of 16385-32768 without a residual: one block a row of up
-    // to kWideRowThreads threads, four packs each, where the pipelined kernel
-    // below would split the row over a cluster (whose exchange cost the
-    // time: bench/micro/one_block_rows.cu). H100, bf16 (4096, 32768), kernel
-    // µs in bench/peers.py, clusters -> one block: rms_norm 183.2 -> 175.7,
-    // layer_norm 193.1 -> 178.7 (the copy of their bytes 173).
-    if constexpr (kHalfType)
+    // Two-byte and float rows of 16385-32768 without a residual: one block a
+    // row of up to kWideRowThreads threads, 32 elements each, where the
+    // pipelined kernel below would split the row over a cluster (whose
+    // exchange cost the time: bench/micro/one_block_rows.cu). H100, bf16
+    // (4096, 32768), kernel µs in bench/peers.py, clusters -> one block:
+    // rms_norm 183.2 -> 175.7, layer_norm 193.1 -> 178.7 (the copy of their
+    // bytes 173).
+    if constexpr (sizeof(T) <= 4)
       if (const int threads = wide_row_threads<T>(n);
           threads && !a.residual && packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
-        constexpr int kVec = Vec16<T>::kSize;
+        constexpr int kVec = Vec16<T>::kSize, kPacks = kWideRowPacks<T>;
         const auto kernel =
-            affine ? norm_forward_lanes_kernel<T, kWideRowPacks, kVec, false, Math, false, ParamLoads::kPerPack,
+            affine ? norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                                ResidualAdd::kNone, true, false, T, kWideRowThreads>
-                   : norm_forward_lanes_kernel<T, kWideRowPacks, kVec, false, Math, false, ParamLoads::kPerPack,
+                   : norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                                ResidualAdd::kNone, false, false, T, kWideRowThreads>;
         kernel<<<a.rows, threads, 0, stream>>>(a);
         return cudaGetLastError();
@@ -505,8 +506,8 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // The pipelined kernel's slots hold both parameters, given or not
     // (copy_to_walk_slots).
     const size_t pipelined_slot_bytes = kWalkSlotBytes<T, Vec16<T>::kSize, Math>;
-    // Rows past one block without a residual (two-byte ones past 32768 or
-    // not whole packs, float ones past 16384): the pipelined kernel, in the
+    // Rows past one block without a residual (past 32768, or past 16384 and
+    // not whole packs): the pipelined kernel, in the
     // blocks of launch_pipelined_rows (rows.h). H200, µs, against the walks
     // of the lanes kernel: bf16 rms_norm (512, 262144) 155.8 -> 142.0,
     // layer_norm 193.0 -> 164.7 (and (4096, 32768), before the one-block

@@ -518,15 +518,15 @@ inline int64_t fewest_threads_holding(int64_t groups, int cluster, int packs) {
   return ceil_div(groups, int64_t(cluster) * packs * kWarpSize) * kWarpSize;
 }
 
-// Two-byte rows past kRowThreadsMax threads' kWideRowPacks packs that
-// kWideRowThreads threads hold (16385-32768 elements): the threads of their
-// one block, whole warps; 0 for other rows.
+// Rows past kRowThreadsMax threads' kWideRowPacks<T> packs that
+// kWideRowThreads threads hold (16385-32768 two-byte or float elements): the
+// threads of their one block, whole warps; 0 for other rows.
 template <typename T>
 int wide_row_threads(int64_t n) {
-  static_assert(sizeof(T) == 2, "two-byte rows");
-  constexpr int64_t kVec = Vec16<T>::kSize;
-  if (n <= kWideRowPacks * kRowThreadsMax * kVec || n > kWideRowPacks * kWideRowThreads * kVec) return 0;
-  return int(fewest_threads_holding(n / kVec, 1, kWideRowPacks));
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "two-byte or float rows");
+  constexpr int kVec = Vec16<T>::kSize, kPacks = kWideRowPacks<T>;
+  if (n <= int64_t(kPacks) * kRowThreadsMax * kVec || n > int64_t(kPacks) * kWideRowThreads * kVec) return 0;
+  return int(fewest_threads_holding(n / kVec, 1, kPacks));
 }
 
 // Two-byte rows that pipelined_launch_of gives 8 blocks at 8 packs, filling

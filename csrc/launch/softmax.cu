@@ -86,10 +86,11 @@ cudaError_t softmax_forward(const SoftmaxShape& shape, const SoftmaxForwardBuffe
     // Plain two-byte rows of 16385-32768: one block a row of up to
     // kWideRowThreads threads, four packs each (as the norm forward's).
     // H100, bf16 (4096, 32768), kernel µs in bench/peers.py: clusters 185.7
-    // -> one block 175.2 (the copy 172.8).
+    // -> one block 175.2 (the copy 172.8). Float rows stay on clusters: this
+    // kernel at eight float packs spills (670 bytes).
     if constexpr (sizeof(T) == 2)
       if (const int threads = wide_row_threads<T>(n); threads && !causal && packable<T>(n, {x, y})) {
-        const auto kernel = softmax_forward_lanes_kernel<T, kWideRowPacks, Vec16<T>::kSize, false, false, false,
+        const auto kernel = softmax_forward_lanes_kernel<T, kWideRowPacks<T>, Vec16<T>::kSize, false, false, false,
                                                          false, kWideRowThreads>;
         std::apply([&](auto... a) { kernel<<<rows, threads, 0, stream>>>(a...); }, row_args);
         return cudaGetLastError();
