@@ -519,10 +519,11 @@ def test_half_rms_rows_of_one_block_read_twice(device, dtype, n, with_weight):
                                                           ("layer", False, True), ("layer", True, True),
                                                           ("rms", False, False), ("rms", True, False)])
 def test_float_rows_of_one_wide_block_each_parameter(device, n, kind, with_weight, with_bias):
-    # float rows of 16385-32768 without a residual run one block of up to
-    # 1024 threads a row on the GPU, eight packs a thread (16388, 20000 and
-    # 32764: the last warp short of the row). Forward and backward with each
-    # combination of the parameters.
+    # rms_norm's float rows of 16385-32768 without a residual run one block
+    # of up to 1024 threads a row on the GPU, eight packs a thread (16388,
+    # 20000 and 32764: the last warp short of the row); layer_norm's take
+    # clusters. Forward and backward with each combination of the
+    # parameters.
     rows = 5
     x = torch.randn(rows, n, device=device) * 3 + 1
     w = torch.randn(n, device=device) if with_weight else None
@@ -618,10 +619,11 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # More rows than a wave of clusters holds (on Hopper), in clusters of 2
     # to 16 blocks: without the fused add, the pipelined walk (8 packs a
     # thread, 64-512 threads a block in clusters of 8 or more: two-byte rows
-    # of 32769-524288, float rows of 32769-262144; 5 packs in 8 blocks of 512
+    # of 32769-524288, float rows of 16385-262144; 5 packs in 8 blocks of 512
     # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 128 and
-    # 160 at 40000 and 45000 two-byte; rows of 16385-32768 (20000, 32768)
-    # take one block of up to 1024 threads instead; 16 blocks of 512
+    # 160 at 40000 and 45000 two-byte; two-byte rows of 16385-32768 (20000,
+    # 32768) and rms_norm's float ones take one block of up to 1024 threads
+    # instead; 16 blocks of 512
     # at 524288 bf16 and 262144 floats); with the add, or for doubles, the
     # lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
     # double rows past 32768 and 16384, which load the next row during each
@@ -654,10 +656,10 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("n, rows", [(20000, 300), (65536, 300), (151936, 40), (262144, 35)])
 def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype, n, rows):
-    # Rows of 20000-262144 take clusters of 2-16 blocks (but for 20000
-    # without the add: one block a row), which walk several rows each (on
-    # Hopper; the pipelined kernel without the add, the lanes kernel's walks
-    # with it) with the weight and bias they hold in shared
+    # Rows of 20000-262144 take clusters of 2-16 blocks (20000 without the
+    # add, but for layer_norm's float rows: one block a row), which walk
+    # several rows each (on Hopper; the pipelined kernel without the add, the
+    # lanes kernel's walks with it) with the weight and bias they hold in shared
     # memory: every combination of the two, against torch and a float64
     # reference.
     if kind.endswith("rms") and params in ("bias", "both"):

@@ -479,14 +479,16 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
             <<<a.rows, block_lane_threads(n / Vec16<T>::kSize), 0, stream>>>(a);
         return cudaGetLastError();
       }
-    // Two-byte and float rows of 16385-32768 without a residual: one block a
-    // row of up to kWideRowThreads threads, 32 elements each, where the
-    // pipelined kernel below would split the row over a cluster (whose
-    // exchange cost the time: bench/micro/one_block_rows.cu). H100, bf16
-    // (4096, 32768), kernel µs in bench/peers.py, clusters -> one block:
-    // rms_norm 183.2 -> 175.7, layer_norm 193.1 -> 178.7 (the copy of their
-    // bytes 173).
-    if constexpr (sizeof(T) <= 4)
+    // Rows of 16385-32768 without a residual, two-byte ones and rms_norm's
+    // float ones: one block a row of up to kWideRowThreads threads, 32
+    // elements each, where the pipelined kernel below would split the row
+    // over a cluster (whose exchange cost the time). H100, kernel µs in
+    // bench/peers.py, clusters -> one block, (4096, 32768): bf16 rms_norm
+    // 183.2 -> 175.7, layer_norm 193.1 -> 178.7 (the copy of their bytes
+    // 173); float32 rms_norm 363.1 -> 354.8 (the copy 350). layer_norm's
+    // float rows lose at eight packs (bench/micro/one_block_rows.cu: 366 ->
+    // 442 at 32768, 343 -> 431 at 20000).
+    if constexpr (sizeof(T) == 2 || (sizeof(T) == 4 && !Math::kCentered))
       if (const int threads = wide_row_threads<T>(n);
           threads && !a.residual && packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
         constexpr int kVec = Vec16<T>::kSize, kPacks = kWideRowPacks<T>;
