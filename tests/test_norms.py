@@ -514,38 +514,17 @@ def test_half_rms_rows_of_one_block_read_twice(device, dtype, n, with_weight):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("n", [16388, 20000, 24576, 32764, 32768])
+@pytest.mark.parametrize("n", [8184, 8192, 8200, 12000, 16384, 16388, 20000, 24576, 32764, 32768])
 @pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
                                                           ("layer", False, True), ("layer", True, True),
                                                           ("rms", False, False), ("rms", True, False)])
-def test_float_rows_of_one_wide_block_each_parameter(device, n, kind, with_weight, with_bias):
-    # rms_norm's float rows of 16385-32768 without a residual run one block
-    # of up to 1024 threads a row on the GPU, eight packs a thread (16388,
-    # 20000 and 32764: the last warp short of the row); layer_norm's take
-    # clusters. Forward and backward with each combination of the
-    # parameters.
-    rows = 5
-    x = torch.randn(rows, n, device=device) * 3 + 1
-    w = torch.randn(n, device=device) if with_weight else None
-    b = torch.randn(n, device=device) if with_bias else None
-    g = torch.randn(rows, n, device=device)
-    if kind == "layer":
-        outputs_and_grads_match(lambda t, v, c: fr.layer_norm(t, n, v, c),
-                                lambda t, v, c: F.layer_norm(t, [n], v, c), (x, w, b), (g,))
-    else:
-        outputs_and_grads_match(lambda t, v: fr.rms_norm(t, n, v), lambda t, v: F.rms_norm(t, [n], v), (x, w), (g,))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("n", [8184, 8192, 8200, 12000, 16384])
-@pytest.mark.parametrize("kind, with_weight, with_bias", [("layer", False, False), ("layer", True, False),
-                                                          ("layer", False, True), ("layer", True, True),
-                                                          ("rms", False, False), ("rms", True, False)])
-def test_float_rows_of_one_block_read_twice(device, n, kind, with_weight, with_bias):
+def test_float_rows_of_one_block(device, n, kind, with_weight, with_bias):
     # float rows of 8192-16384 without a residual are read twice on the GPU
     # (L2 asked to keep the row; eight packs a thread past 8192); 8184 stays
-    # in registers. 8200 and 12000 leave the last pack group short of the
-    # block. Forward and backward with each combination of the parameters.
+    # in registers. rms_norm's rows of 16385-32768 take one block of up to
+    # 1024 threads at eight packs, layer_norm's clusters. 8200, 12000, 16388,
+    # 20000 and 32764 leave the last pack group short of the block. Forward
+    # and backward with each combination of the parameters.
     rows = 7
     x = torch.randn(rows, n, device=device) * 3 + 1
     w = torch.randn(n, device=device) if with_weight else None
