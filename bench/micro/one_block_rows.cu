@@ -13,6 +13,7 @@
 //   bash bench/micro/run.sh one_block_rows
 #include <cuda_bf16.h>
 
+#include "../../csrc/launch/rows.h"
 #include "norm_rows.cuh"
 using namespace fastreduce;
 
@@ -20,7 +21,7 @@ template <typename T, typename Math>
 void shape(Timer& timer, int64_t rows, int64_t n) {
   constexpr int kVec = Vec16<T>::kSize, kPacks = 8;
   ForwardCase<T, Math> c(timer, rows, n, /*fused_add=*/false);
-  const int threads = int((n / kVec + kPacks * kWarpSize - 1) / (kPacks * kWarpSize) * kWarpSize);
+  const int threads = int(rows::fewest_threads_holding(n / kVec, 1, kPacks));
   c.time_kernel(timer,
                 norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                           ResidualAdd::kNone, /*kAffine=*/true, false, T, kWideRowThreads>,

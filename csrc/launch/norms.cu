@@ -509,12 +509,12 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // (copy_to_walk_slots).
     const size_t pipelined_slot_bytes = kWalkSlotBytes<T, Vec16<T>::kSize, Math>;
     // Rows past one block without a residual (past 32768, or past 16384 and
-    // not whole packs): the pipelined kernel, in the
-    // blocks of launch_pipelined_rows (rows.h). H200, µs, against the walks
-    // of the lanes kernel: bf16 rms_norm (512, 262144) 155.8 -> 142.0,
-    // layer_norm 193.0 -> 164.7 (and (4096, 32768), before the one-block
-    // rows above: 151.0 -> 136.6, 169.6 -> 147.4); float32 (1024, 65536)
-    // rms_norm 137.0 -> 134.6, layer_norm 150.1 -> 141.8.
+    // not whole packs; layer_norm's float rows past 16384): the pipelined
+    // kernel, in the blocks of launch_pipelined_rows (rows.h). H200, µs,
+    // against the walks of the lanes kernel: bf16 rms_norm (512, 262144)
+    // 155.8 -> 142.0, layer_norm 193.0 -> 164.7 (and (4096, 32768), before
+    // the one-block rows above: 151.0 -> 136.6, 169.6 -> 147.4); float32
+    // (1024, 65536) rms_norm 137.0 -> 134.6, layer_norm 150.1 -> 141.8.
     if constexpr (sizeof(T) <= 4) {
       const int64_t groups = a.residual ? 0 : pipelined_groups<T>(n, {a.x, a.y, a.weight, a.bias});
       if (const auto launched = launch_pipelined_rows<T, /*kWideAtEightPacks=*/false>(
