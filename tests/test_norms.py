@@ -602,9 +602,9 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 128 and
     # 160 at 40000 and 45000 two-byte; two-byte rows of 16385-32768 (20000,
     # 32768) and rms_norm's float ones take one block of up to 1024 threads
-    # instead; 16 blocks of 512
-    # at 524288 bf16 and 262144 floats); with the add, or for doubles, the
-    # lanes kernel (4 packs a thread; 8 for 524288 bf16 and for float and
+    # instead; 16 blocks of 512 at 524288 bf16 and 262144 floats); with the
+    # add, or for doubles, the lanes kernel (4 packs a thread; 8 for 524288
+    # bf16 and for float and
     # double rows past 32768 and 16384, which load the next row during each
     # row's exchange unless they add); 20000, 40000 and 100000: rows short of
     # their clusters' packs.
