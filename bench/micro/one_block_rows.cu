@@ -26,6 +26,16 @@ void shape(Timer& timer, int64_t rows, int64_t n) {
                 norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                           ResidualAdd::kNone, /*kAffine=*/true, false, T, kWideRowThreads>,
                 threads, kPacks, "lanes, one block");
+  // Without parameters the output pass loads nothing: what this saves is the
+  // cost of its parameter loads (y is not the launcher's, so its difference
+  // is not a check).
+  const NormForwardArgs<T> given = c.args;
+  c.args.weight = nullptr, c.args.bias = nullptr;
+  c.time_kernel(timer,
+                norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
+                                          ResidualAdd::kNone, /*kAffine=*/false, false, T, kWideRowThreads>,
+                threads, kPacks, "one block, no parameters");
+  c.args = given;
   c.launcher_again(timer);
 }
 
