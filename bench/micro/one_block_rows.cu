@@ -30,11 +30,18 @@ void shape(Timer& timer, int64_t rows, int64_t n) {
   // cost of its parameter loads (y is not the launcher's, so its difference
   // is not a check).
   const NormForwardArgs<T> given = c.args;
+  const auto without = [&](const char* what) {
+    c.time_kernel(timer,
+                  norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
+                                            ResidualAdd::kNone, /*kAffine=*/false, false, T, kWideRowThreads>,
+                  threads, kPacks, what);
+  };
   c.args.weight = nullptr, c.args.bias = nullptr;
-  c.time_kernel(timer,
-                norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
-                                          ResidualAdd::kNone, /*kAffine=*/false, false, T, kWideRowThreads>,
-                threads, kPacks, "one block, no parameters");
+  without("one block, no parameters");
+  if (Math::kCentered) {
+    c.args.weight = given.weight;
+    without("one block, no bias");
+  }
   c.args = given;
   c.launcher_again(timer);
 }
