@@ -36,6 +36,7 @@ void shape(Timer& timer, int64_t rows, int64_t n) {
                                             ResidualAdd::kNone, /*kAffine=*/false, false, T, kWideRowThreads>,
                   threads, kPacks, what);
   };
+  without("one block, parameters checked");
   c.args.weight = nullptr, c.args.bias = nullptr;
   without("one block, no parameters");
   if (Math::kCentered) {
