@@ -10,6 +10,13 @@
 // 335.7 -> 329.1 (taken: norms.cu); layer_norm float32 366.2 -> 442.3,
 // 343.5 -> 431.4; bf16 (2048, 65536) rms_norm 182.0 -> 181.9, layer_norm
 // 182.9 -> 191.8; (4096, 40000) 225.2 -> 221.2 and 224.5 -> 236.7.
+// Why layer_norm's float rows lose: on the kernel that checks its
+// parameters, without the bias, (4096, 32768) runs 360.4 and (6144, 20000)
+// 330.2 (no parameters: 357.2, 326.6), against 443.2 and 430.1 compiled for
+// both given, whose SASS issues four of the eight x packs after branches
+// that sum earlier packs. bf16 rows lose to the parameters' loads at the
+// stores (65536: 183.6 without them, 190.4 with the weight, 191.7 both).
+// The checking kernel with both given did not run yet.
 //   bash bench/micro/run.sh one_block_rows
 #include <cuda_bf16.h>
 
