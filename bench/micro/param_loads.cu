@@ -4,16 +4,26 @@
 // store before it, pack after pack; kAhead loads pack p + 1's before pack
 // p's store; kBeforeOutput (block rows) all of them after the reduction;
 // kWithRow (warp rows) all of them with the row. Times each against the
-// launcher, at the launcher's block size, and prints µs, registers, blocks
-// an SM, the copy of the same bytes, and the largest |y| difference from the
-// launcher's output. bash bench/micro/run.sh param_loads
+// launcher, at the launcher's block size, in alternating rounds, and prints
+// µs, registers, blocks an SM, the copy of the same bytes, and the largest
+// |y| difference from the launcher's output. bash bench/micro/run.sh param_loads
 #include <cuda_bf16.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "../../csrc/launch/norms.h"
 #include "../../csrc/launch/rows.h"
 #include "norm_rows.cuh"
 
 using namespace fastreduce;
+
+// The launcher and each variant are timed in kRounds rounds, each round
+// starting one later in the list, and each reported as the median of its
+// rounds: a probe's times of a shape move by up to 2 µs with their order.
+constexpr int kRounds = 5;
 
 template <typename T, typename Math, int kPacks, bool kWarpRows>
 void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
@@ -26,31 +36,51 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
   const int threads = kWarpRows ? 4 * kWarpSize : rows::block_lane_threads(n / kVec);
   const int64_t grid = kWarpRows ? ceil_div(rows, int64_t(4)) : rows;
   const size_t shared = !kWarpRows && kStagesWeight<T, Math> ? size_t(kPacks) * threads * 16 : 0;
-  auto time_kernel = [&](auto kernel, const char* what) {
+  struct Timed {
+    const char* what;
+    std::function<void()> launch;
+    std::string kernel;  // registers and blocks an SM; empty for the launcher
+    float difference;    // the largest |y| difference from the launcher's output
+    std::vector<float> us;
+  };
+  std::vector<Timed> timed;
+  timed.push_back({"launcher", [&] { c.launch(); }, "", 0.0f, {}});
+  auto variant = [&](auto loads, const char* what) {
+    constexpr ParamLoads kLoads = decltype(loads)::value;
+    const auto kernel =
+        fused_add ? norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, ResidualAdd::kInRegisters>
+                  : norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, ResidualAdd::kNone>;
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
     int per_sm = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
     cudaFuncAttributes attributes;
     CHECK(cudaFuncGetAttributes(&attributes, kernel));
     CHECK(cudaMemset(a.y, 0, c.buffers.bytes()));
-    const float us = timer.median_us([&] { kernel<<<grid, threads, shared>>>(a); });
-    std::printf("| %s | %s | (%lld, %lld) | %s %d x %d | %s | %d regs, %d an SM | %.1f | %.1f | %.1f | %.3f | %.3g |\n",
-                c.name, c.dtype, (long long)rows, (long long)n, kWarpRows ? "warp" : "block", threads, kPacks, what,
-                attributes.numRegs, per_sm, c.copy_us, c.launcher_us, us, c.launcher_us / us, c.difference());
-  };
-  auto variant = [&](auto loads, const char* what) {
-    constexpr ParamLoads kLoads = decltype(loads)::value;
-    constexpr ResidualAdd kAdd = ResidualAdd::kInRegisters, kNoAdd = ResidualAdd::kNone;
-    if (fused_add)
-      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, kAdd>, what);
-    else
-      time_kernel(norm_forward_lanes_kernel<T, kPacks, kVec, kWarpRows, Math, false, kLoads, kNoAdd>, what);
+    kernel<<<grid, threads, shared>>>(a);
+    CHECK(cudaDeviceSynchronize());
+    timed.push_back({what, [=, &a] { kernel<<<grid, threads, shared>>>(a); },
+                     std::to_string(attributes.numRegs) + " regs, " + std::to_string(per_sm) + " an SM",
+                     c.difference(), {}});
   };
   using Loads = ParamLoads;
   variant(std::integral_constant<Loads, Loads::kPerPack>{}, "per pack");
   variant(std::integral_constant<Loads, Loads::kAhead>{}, "ahead");
   if constexpr (kWarpRows) variant(std::integral_constant<Loads, Loads::kWithRow>{}, "with row");
   else variant(std::integral_constant<Loads, Loads::kBeforeOutput>{}, "before output");
+  for (int round = 0; round < kRounds; ++round)
+    for (size_t i = 0; i < timed.size(); ++i) {
+      Timed& t = timed[(i + round) % timed.size()];
+      t.us.push_back(timer.median_us(t.launch));
+    }
+  const auto median = [](std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const float launcher_us = median(timed[0].us);
+  for (const Timed& t : timed)
+    std::printf("| %s | %s | (%lld, %lld) | %s %d x %d | %s | %s | %.1f | %.1f | %.1f | %.3f | %.3g |\n", c.name,
+                c.dtype, (long long)rows, (long long)n, kWarpRows ? "warp" : "block", threads, kPacks, t.what,
+                t.kernel.c_str(), c.copy_us, launcher_us, median(t.us), launcher_us / median(t.us), t.difference);
 }
 
 template <typename T, int kPacks, bool kWarpRows>
