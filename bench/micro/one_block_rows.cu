@@ -33,22 +33,24 @@ void shape(Timer& timer, int64_t rows, int64_t n) {
                 norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                           ResidualAdd::kNone, /*kAffine=*/true, false, T, kWideRowThreads>,
                 threads, kPacks, "lanes, one block");
-  // Without parameters the output pass loads nothing: what this saves is the
-  // cost of its parameter loads (y is not the launcher's, so its difference
-  // is not a check).
+  // The kernel that checks its parameters (kAffine = false): with both given
+  // (y checked against the launcher's), then without them and without the
+  // bias, where the output pass loads less: what that saves is the cost of
+  // those loads (y is not the launcher's there, so its difference is not a
+  // check).
   const NormForwardArgs<T> given = c.args;
-  const auto without = [&](const char* what) {
+  const auto checking = [&](const char* what) {
     c.time_kernel(timer,
                   norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                             ResidualAdd::kNone, /*kAffine=*/false, false, T, kWideRowThreads>,
                   threads, kPacks, what);
   };
-  without("one block, parameters checked");
+  checking("one block, parameters checked");
   c.args.weight = nullptr, c.args.bias = nullptr;
-  without("one block, no parameters");
+  checking("one block, no parameters");
   if (Math::kCentered) {
     c.args.weight = given.weight;
-    without("one block, no bias");
+    checking("one block, no bias");
   }
   c.args = given;
   c.launcher_again(timer);
