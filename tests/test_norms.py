@@ -97,7 +97,8 @@ def test_rows_far_from_zero(device, dtype, n):
     # Rows whose mean is far above their spread, a ramp, and a first element
     # 300 deviations out (on the GPU, 768: warp rows; 12000: a block's
     # registers; 12001: loose rows, read twice but float16 layer_norm's;
-    # 32768: a block of 1024 threads, the add's rows in a cluster; 40000 and 262144: rows across a cluster): neither the mean
+    # 32768: two-byte ones in a block of 1024 threads, float ones and the
+    # add's in a cluster; 40000 and 262144: rows across a cluster): neither the mean
     # nor the output may round at the scale of the values. With a residual,
     # h = x + residual is the row.
     x = (1000 + torch.randn(6, n, device=device)).to(dtype)
@@ -520,9 +521,8 @@ def test_half_rms_rows_of_one_block_read_twice(device, dtype, n, with_weight):
 def test_float_rows_of_one_block(device, n, kind, with_weight, with_bias):
     # float rows of 8192-16384 without a residual are read twice on the GPU
     # (L2 asked to keep the row; eight packs a thread past 8192); 8184 stays
-    # in registers. Rows of 16385-32768 take one block of up to 1024
-    # threads at eight packs (layer_norm's on the kernel that checks its
-    # parameters). 8200, 12000, 16388,
+    # in registers. rms_norm's rows of 16385-32768 take one block of up to
+    # 1024 threads at eight packs, layer_norm's clusters. 8200, 12000, 16388,
     # 20000 and 32764 leave the last pack group short of the block. Forward
     # and backward with each combination of the parameters.
     rows = 7
@@ -601,7 +601,7 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
     # of 32769-524288, float rows of 16385-262144; 5 packs in 8 blocks of 512
     # at 151936 and 163840, in 16 of 256 at 80000 floats, in 8 of 128 and
     # 160 at 40000 and 45000 two-byte; two-byte rows of 16385-32768 (20000,
-    # 32768) and float ones of 16385-32768 take one block of up to 1024 threads
+    # 32768) and rms_norm's float ones take one block of up to 1024 threads
     # instead; 16 blocks of 512 at 524288 bf16 and 262144 floats); with the
     # add, or for doubles, the lanes kernel (4 packs a thread; 8 for 524288
     # bf16 and for float and
@@ -636,7 +636,7 @@ def test_forward_of_more_cluster_rows_than_a_wave(kind, n, dtype):
 @pytest.mark.parametrize("n, rows", [(20000, 300), (65536, 300), (151936, 40), (262144, 35)])
 def test_walking_cluster_rows_with_every_parameter_combination(kind, params, dtype, n, rows):
     # Rows of 20000-262144 take clusters of 2-16 blocks (20000 without the
-    # add: one block a row), which walk
+    # add, but for layer_norm's float rows: one block a row), which walk
     # several rows each (on Hopper; the pipelined kernel without the add, the
     # lanes kernel's walks with it) with the weight and bias they hold in shared
     # memory: every combination of the two, against torch and a float64

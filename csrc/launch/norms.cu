@@ -479,24 +479,21 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
             <<<a.rows, block_lane_threads(n / Vec16<T>::kSize), 0, stream>>>(a);
         return cudaGetLastError();
       }
-    // Rows of 16385-32768 without a residual: one block a row of up to
-    // kWideRowThreads threads, 32 elements each, where the pipelined kernel
-    // below would split the row over a cluster (whose exchange cost the
-    // time). H100, kernel µs in bench/peers.py, clusters -> one block, (4096,
-    // 32768): bf16 rms_norm 183.2 -> 175.7, layer_norm 193.1 -> 178.7 (the
-    // copy of their bytes 173); float32 rms_norm 363.1 -> 354.8 (the copy
-    // 350). layer_norm's float rows run the kernel that checks its
-    // parameters: the one compiled for both given issues half its eight x
-    // packs only after sums of the others (SASS), two round trips a row
-    // (bench/micro/one_block_rows.cu, H100, µs, clusters / that kernel /
-    // the checking one with the weight: 366 / 443 / 360 at 32768, 343 / 430
-    // / 330 at 20000).
-    if constexpr (sizeof(T) == 2 || sizeof(T) == 4)
+    // Rows of 16385-32768 without a residual, two-byte ones and rms_norm's
+    // float ones: one block a row of up to kWideRowThreads threads, 32
+    // elements each, where the pipelined kernel below would split the row
+    // over a cluster (whose exchange cost the time). H100, kernel µs in
+    // bench/peers.py, clusters -> one block, (4096, 32768): bf16 rms_norm
+    // 183.2 -> 175.7, layer_norm 193.1 -> 178.7 (the copy of their bytes
+    // 173); float32 rms_norm 363.1 -> 354.8 (the copy 350). layer_norm's
+    // float rows lose at eight packs (bench/micro/one_block_rows.cu: 366 ->
+    // 442 at 32768, 343 -> 431 at 20000).
+    if constexpr (sizeof(T) == 2 || (sizeof(T) == 4 && !Math::kCentered))
       if (const int threads = wide_row_threads<T>(n);
           threads && !a.residual && packable<T>(n, {a.x, a.y, a.weight, a.bias})) {
         constexpr int kVec = Vec16<T>::kSize, kPacks = kWideRowPacks<T>;
         const auto kernel =
-            affine && (kHalfType || !Math::kCentered) ? norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
+            affine ? norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                                ResidualAdd::kNone, true, false, T, kWideRowThreads>
                    : norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                                ResidualAdd::kNone, false, false, T, kWideRowThreads>;
@@ -512,8 +509,9 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     // (copy_to_walk_slots).
     const size_t pipelined_slot_bytes = kWalkSlotBytes<T, Vec16<T>::kSize, Math>;
     // Rows past one block without a residual (past 32768, or past 16384 and
-    // not whole packs): the pipelined kernel, in the blocks of
-    // launch_pipelined_rows (rows.h). H200, µs, against the walks of the lanes kernel: bf16 rms_norm (512, 262144)
+    // not whole packs; layer_norm's float rows past 16384): the pipelined
+    // kernel, in the blocks of launch_pipelined_rows (rows.h). H200, µs,
+    // against the walks of the lanes kernel: bf16 rms_norm (512, 262144)
     // 155.8 -> 142.0, layer_norm 193.0 -> 164.7 (and (4096, 32768), before
     // the one-block rows above: 151.0 -> 136.6, 169.6 -> 147.4); float32
     // (1024, 65536) rms_norm 137.0 -> 134.6, layer_norm 150.1 -> 141.8.
