@@ -16,7 +16,12 @@
 // both given, whose SASS issues four of the eight x packs after branches
 // that sum earlier packs. bf16 rows lose to the parameters' loads at the
 // stores (65536: 183.6 without them, 190.4 with the weight, 191.7 both).
-// The checking kernel with both given did not run yet.
+// With both given, the checking kernel ran 406 at 32768 (the launcher of a
+// build that took it, bench/peers.py's harness): float layer_norm rows keep
+// their clusters. Loading float packs as words (load_or_zero) straightened
+// the kAffine kernel's SASS (all eight x packs before the first sum) but
+// ran 404 (H100, NOTES.md): the parameters' loads at the stores cost the
+// time, not the order of the row's loads.
 //   bash bench/micro/run.sh one_block_rows
 #include <cuda_bf16.h>
 
