@@ -5,7 +5,8 @@
 // block of `threads` threads holding kPacks packs each, with and without
 // preloaded parameters, and a row a warp with its parameters loaded with the
 // row or pack by pack, with and without the add's code (ResidualAdd::kNone),
-// and, for bf16, a lean kernel of the probe's own.
+// and, for bf16, a lean kernel of the probe's own and rows read as 4-byte
+// words.
 // Prints µs, the copy of the same bytes, and the largest |y| difference from
 // the launcher's output. bash bench/micro/run.sh short_rows
 #include <cuda_bf16.h>
@@ -188,6 +189,34 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
       }
     }
   };
+  // Two-byte rows read as 4-byte words, a row a warp of exactly kWords
+  // words a lane (1600 is 6.25 16-byte packs a lane: its seventh pack idles
+  // 24 of 32 lanes; as words every lane holds 25).
+  auto word_rows = [&](auto words) {
+    constexpr int kWords = decltype(words)::value;
+    if (n != int64_t(kWords) * kWarpSize * 2) return;
+    auto both = [&](auto kernel, const char* what) {
+      time_kernel(kernel, what, kWords, 4 * kWarpSize, ceil_div(rows, int64_t(4)));
+    };
+    if (fused_add) {
+      both(norm_forward_lanes_kernel<T, kWords, 2, true, Math, false, ParamLoads::kWithRow>, "words a warp, with row");
+      both(norm_forward_lanes_kernel<T, kWords, 2, true, Math, false, ParamLoads::kPerPack>, "words a warp, per pack");
+    } else {
+      both(norm_forward_lanes_kernel<T, kWords, 2, true, Math, false, ParamLoads::kWithRow, ResidualAdd::kNone, true,
+                                     true>,
+           "words a warp, with row, affine, full");
+      both(norm_forward_lanes_kernel<T, kWords, 2, true, Math, false, ParamLoads::kPerPack, ResidualAdd::kNone, true,
+                                     true>,
+           "words a warp, per pack, affine, full");
+      both(norm_forward_lanes_kernel<T, kWords, 2, true, Math, false, ParamLoads::kAhead, ResidualAdd::kNone, true,
+                                     true>,
+           "words a warp, ahead, affine, full");
+    }
+  };
+  if constexpr (sizeof(T) == 2) {
+    word_rows(std::integral_constant<int, 12>{});
+    word_rows(std::integral_constant<int, 25>{});
+  }
   if constexpr (std::is_same_v<T, float>) {
     warp_rows(std::integral_constant<int, 6>{});
     warp_rows(std::integral_constant<int, 8>{});
