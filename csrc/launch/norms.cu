@@ -531,7 +531,7 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
     constexpr Walks kWalks = kPrefetchingWalk<T, 8> ? Walks::kPrefetching : Walks::kWhereResident;
     return launch_block_lanes<T, 8, kWalks>(
         a.rows, 0, n, {a.x, a.residual, a.residual_out, a.y, a.weight, a.bias}, stream,
-        [n, affine](auto packs, auto vec, auto walk) {
+        [n, affine, residual = a.residual != nullptr](auto packs, auto vec, auto walk) {
           constexpr int kPacks = decltype(packs)::value, kVec = decltype(vec)::value;
           constexpr bool kWalk = decltype(walk)::value;
           // Two-byte rows of up to four packs a thread preload their
@@ -563,6 +563,17 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
               if (affine)
                 return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kPerPack,
                                                  ResidualAdd::kNone, /*kAffine=*/true>;
+            // rms_norm's float rows with the add, blocks of up to 256
+            // threads: the weight loaded after the reduction, not at each
+            // store (H100, add_rms_norm float32, µs, bench/micro/param_loads.cu:
+            // (8192, 1600) 69.9 -> 68.6, (8192, 4096) 179.7 -> 177.3; 512
+            // threads lose, (4096, 8192) 176.4 -> 178.0. bench/peers.py's
+            // kernel times, two builds alternating twice: 67.3, 67.5 ->
+            // 65.9, 66.9 and 176.8, 176.7 -> 175.1, 175.5).
+            if constexpr (std::is_same_v<T, float> && !Math::kCentered && !kWalk && kPacks <= 4 &&
+                          kVec == Vec16<T>::kSize)
+              if (residual && block_lane_threads(n / kVec) <= 256)
+                return norm_forward_lanes_kernel<T, kPacks, kVec, false, Math, false, ParamLoads::kBeforeOutput>;
             if constexpr (kMayPreload && kVec > 1) {
               const int threads = block_lane_threads(n / kVec);
               if (threads != 0 && threads <= 128)
