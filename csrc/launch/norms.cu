@@ -386,8 +386,19 @@ cudaError_t forward_rows(NormForwardArgs<T> a, cudaStream_t stream) {
         packable<T>(n, {a.x, a.y, a.weight, a.bias}))
       return with_exact_count(packs, std::integer_sequence<int, 3, 4, 5, 6, 7>{}, [&](auto count) {
         constexpr int kPacks = decltype(count)::value;
-        auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, ParamLoads::kPerPack,
-                                                 ResidualAdd::kNone>;
+        // rms_norm loads its weight with the row, in the kernel compiled
+        // with the add's code (no residual is given): its residual branch
+        // keeps ptxas from scheduling the guarded row packs' field moves,
+        // which wait for the row's loads, ahead of the weight's loads (SASS
+        // of the seven-pack kernel without the add: the weight loads issue
+        // after about 60 such moves, so after the row has landed). H100,
+        // bf16, µs, per pack -> with the row and the add's code
+        // (bench/micro/param_loads.cu, alternating rounds): (8192, 1600) 19.3
+        // -> 17.5, (8192, 768) 10.5 -> 10.2, (32768, 1024) 43.7 -> 43.7; with
+        // the row, the add compiled out: 18.7, 11.0, 44.0.
+        constexpr ParamLoads kLoads = Math::kCentered ? ParamLoads::kPerPack : ParamLoads::kWithRow;
+        constexpr ResidualAdd kAdd = Math::kCentered ? ResidualAdd::kNone : ResidualAdd::kInRegisters;
+        auto kernel = norm_forward_lanes_kernel<T, kPacks, kVec, true, Math, false, kLoads, kAdd>;
         // layer_norm with both parameters: compiled knowing so (3-4 packs: 48
         // -> 40 registers). H200, bf16, µs: (8192, 768) 10.3 -> 10.2, (32768,
         // 1024) 34.7 -> 33.7, (16384, 1280) 23.7 -> 22.5, (8192, 1600) 16.8 ->
