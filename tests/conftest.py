@@ -17,6 +17,12 @@ import fastreduce_torch  # registers the operators
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
+# The sanitizer runs (scripts/gpu_check.sh) turn the caching allocator off,
+# and a CUDA graph capture cannot allocate without it.
+WITHOUT_CACHING_ALLOCATOR = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1"
+GRAPHS_NEED_THE_CACHING_ALLOCATOR = "a CUDA graph captures allocations only through the caching allocator"
+captures_graphs = pytest.mark.skipif(WITHOUT_CACHING_ALLOCATOR, reason=GRAPHS_NEED_THE_CACHING_ALLOCATOR)
+
 # The AVX-512 copies of the CPU kernels (x86-64 builds; csrc/torch/cpu_capability.cpp).
 AVX512_CPU_KERNELS = os.path.join(os.path.dirname(fastreduce_torch.__file__), "libfastreduce_cpu_avx512.so")
 
@@ -73,10 +79,8 @@ def side_stream_then_graph(step):
     with torch.cuda.stream(stream):
         on_side_stream = step()  # also the warm-up outside the graph
     torch.cuda.current_stream().wait_stream(stream)
-    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1":
-        # The sanitizer runs (scripts/gpu_check.sh) turn the caching allocator
-        # off, and a capture cannot allocate without it.
-        pytest.skip("a CUDA graph captures allocations only through the caching allocator")
+    if WITHOUT_CACHING_ALLOCATOR:
+        pytest.skip(GRAPHS_NEED_THE_CACHING_ALLOCATOR)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = step()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fastreduce_torch as fr
-from conftest import DEVICES, offset_view, random_tensor, requires_cuda
+from conftest import DEVICES, captures_graphs, offset_view, random_tensor, requires_cuda
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTEGERS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool]
@@ -420,6 +420,7 @@ def test_bitwise_deterministic():
 
 
 @requires_cuda
+@captures_graphs
 @pytest.mark.cuda
 def test_cuda_graph_capture():
     x = torch.randn(2**22 + 5, device="cuda")
@@ -477,6 +478,7 @@ def test_single_launch_reductions_on_concurrent_streams():
 
 
 @requires_cuda
+@captures_graphs
 @pytest.mark.cuda
 def test_single_launch_graphs_replay_on_any_stream():
     """Two captured graphs, replayed at once on two streams beside eager
@@ -507,6 +509,7 @@ def test_single_launch_graphs_replay_on_any_stream():
 
 
 @requires_cuda
+@captures_graphs
 @pytest.mark.cuda
 def test_single_launch_without_a_free_counter():
     """Past the pool of counters (each capture takes its own for good: here

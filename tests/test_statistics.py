@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fastreduce_torch as fr
-from conftest import DEVICES, offset_view, random_tensor, requires_cuda
+from conftest import DEVICES, captures_graphs, offset_view, random_tensor, requires_cuda
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTEGERS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
@@ -644,6 +644,7 @@ def test_compile_fullgraph(device):
 
 
 @requires_cuda
+@captures_graphs
 @pytest.mark.cuda
 def test_cuda_graph_capture_and_determinism():
     x = torch.randn(4096, 1000, device="cuda") + 50
