@@ -676,41 +676,6 @@ __device__ __forceinline__ VecN<P, kVec> load_param_pack(const P* params) {
   return pack;
 }
 
-// The 16-byte blocks that kCount parameters starting `shift` bytes into
-// `blocks` touch (0 <= shift < 16), read-only, as words; take<kWords>(out)
-// the parameters' words, taken kWords = shift / 4 along and shifted by the
-// rest; pack_of(out) the parameters. A row's packs are whole packs apart, so
-// every pack a block reads of a parameter row has the same shift
-// (ShiftedParams).
-template <typename P, int kCount>
-struct ShiftedWords {
-  static constexpr int kBlocks = kCount * sizeof(P) / 16;
-  static_assert(kBlocks * 16 == kCount * sizeof(P), "whole 16-byte packs");
-  static constexpr int kOut = 4 * kBlocks;
-  uint32_t w[kOut + 4];
-  int bits;
-  __device__ ShiftedWords(const uint4* blocks, int shift) : bits(8 * (shift % 4)) {
-#pragma unroll
-    for (int k = 0; k <= kBlocks; ++k) {
-      // The block past the last is touched only when the elements are shifted.
-      const uint4 b = k < kBlocks || shift != 0 ? __ldg(blocks + k) : uint4{};
-      w[4 * k] = b.x, w[4 * k + 1] = b.y, w[4 * k + 2] = b.z, w[4 * k + 3] = b.w;
-    }
-  }
-  // As words: where a branch picks kWords, its paths merge 32-bit words,
-  // not the 16-bit fields of a two-byte pack (a byte permute each).
-  template <int kWords>
-  __device__ void take(uint32_t (&out)[kOut]) const {
-#pragma unroll
-    for (int k = 0; k < kOut; ++k) out[k] = __funnelshift_r(w[k + kWords], w[k + kWords + 1], bits);
-  }
-  static __device__ VecN<P, kCount> pack_of(const uint32_t (&out)[kOut]) {
-    VecN<P, kCount> pack;
-    memcpy(&pack, out, sizeof(pack));
-    return pack;
-  }
-};
-
 // Words [kFirst, kFirst + kLeft) from `base` (16-byte aligned) into w, in
 // the widest aligned loads that touch no other word.
 template <int kFirst, int kLeft>
@@ -731,6 +696,46 @@ __device__ __forceinline__ void load_words(const uint32_t* base, uint32_t* w) {
   }
 }
 
+// The 16-byte blocks that kCount parameters starting `shift` bytes into
+// `blocks` touch (0 <= shift < 16, kWords = shift / 4), read-only, as
+// words; take(out) the parameters' words, taken kWords along and shifted
+// by the rest; pack_of(out) the parameters. Of the block past the last only
+// the parameters' own bytes are read: whole, it reached up to 14 bytes past
+// the end of a parameter row whose end is off a 16-byte boundary (memcheck,
+// layer_norm float32 4095 wide). A row's packs are whole packs apart, so
+// every pack a block reads of a parameter row has the same shift
+// (ShiftedParams).
+template <typename P, int kCount, int kWords>
+struct ShiftedWords {
+  static constexpr int kBlocks = kCount * sizeof(P) / 16;
+  static_assert(kBlocks * 16 == kCount * sizeof(P), "whole 16-byte packs");
+  static constexpr int kOut = 4 * kBlocks;
+  uint32_t w[kOut + 4]{};
+  int bits;
+  __device__ ShiftedWords(const uint4* blocks, int shift) : bits(8 * (shift % 4)) {
+#pragma unroll
+    for (int k = 0; k < kBlocks; ++k) {
+      const uint4 b = __ldg(blocks + k);
+      w[4 * k] = b.x, w[4 * k + 1] = b.y, w[4 * k + 2] = b.z, w[4 * k + 3] = b.w;
+    }
+    const uint32_t* const last = reinterpret_cast<const uint32_t*>(blocks + kBlocks);
+    load_words<0, kWords>(last, w + kOut);
+    // Two-byte parameters half a word off: the half word that ends them.
+    if (bits != 0) w[kOut + kWords] = __ldg(reinterpret_cast<const unsigned short*>(last + kWords));
+  }
+  // As words: where a branch picks kWords, its paths merge 32-bit words,
+  // not the 16-bit fields of a two-byte pack (a byte permute each).
+  __device__ void take(uint32_t (&out)[kOut]) const {
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) out[k] = __funnelshift_r(w[k + kWords], w[k + kWords + 1], bits);
+  }
+  static __device__ VecN<P, kCount> pack_of(const uint32_t (&out)[kOut]) {
+    VecN<P, kCount> pack;
+    memcpy(&pack, out, sizeof(pack));
+    return pack;
+  }
+};
+
 // kCount parameters starting kWords words (shift bytes) into the 16-byte
 // `blocks`. float32 parameters of a float32 row's pack (one block) lie whole
 // words off, so only their own words are read: layer_norm's two blocks each
@@ -740,12 +745,12 @@ __device__ __forceinline__ void load_words(const uint32_t* base, uint32_t* w) {
 // and two-byte parameters may lie half a word off: those take the blocks.
 template <typename P, int kCount, int kWords>
 __device__ __forceinline__ VecN<P, kCount> shifted_pack(const uint4* blocks, int shift) {
-  using Words = ShiftedWords<P, kCount>;
+  using Words = ShiftedWords<P, kCount, kWords>;
   uint32_t out[Words::kOut];
   if constexpr (sizeof(P) == 4 && Words::kBlocks == 1) {
     load_words<kWords, Words::kOut>(reinterpret_cast<const uint32_t*>(blocks), out);
   } else {
-    Words(blocks, shift).template take<kWords>(out);
+    Words(blocks, shift).take(out);
   }
   return Words::pack_of(out);
 }
@@ -771,11 +776,12 @@ template <typename P, int kCount>
 __device__ __forceinline__ VecN<P, kCount> load_shifted(const P* from) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(from);
   const int shift = static_cast<int>(address & 15);
-  using Words = ShiftedWords<P, kCount>;
-  const Words words(reinterpret_cast<const uint4*>(address & ~uintptr_t(15)), shift);
-  uint32_t out[Words::kOut];
-  with_word_shift(shift, [&](auto along) { words.template take<decltype(along)::value>(out); });
-  return Words::pack_of(out);
+  VecN<P, kCount> pack;
+  with_word_shift(shift, [&](auto along) {
+    pack = shifted_pack<P, kCount, decltype(along)::value>(reinterpret_cast<const uint4*>(address & ~uintptr_t(15)),
+                                                          shift);
+  });
+  return pack;
 }
 
 // A parameter row read at a loose row's packs (columns head + kVec * g):
@@ -793,7 +799,7 @@ struct ShiftedParams {
   // The pack at group g (kCount parameters kCount * g on).
   template <typename P, int kCount, int kWords>
   __device__ VecN<P, kCount> at(int g) const {
-    return shifted_pack<P, kCount, kWords>(blocks + int64_t(g) * ShiftedWords<P, kCount>::kBlocks, shift);
+    return shifted_pack<P, kCount, kWords>(blocks + int64_t(g) * ShiftedWords<P, kCount, kWords>::kBlocks, shift);
   }
 };
 
