@@ -23,13 +23,9 @@ using namespace fastreduce;
 // reduction. L2 hints (x evict_first and no L1 allocation, parameters
 // evict_last) made it 12-20% slower on the H200.
 // kParamsEarly: the parameters loaded with x instead; kShifted: the shifted
-// one-pass variance (row_rstd) instead; kParamsStaged: each lane's parameter
-// packs copied (cp.async) into the warp's slots of shared memory with x's
-// loads and read back in the output pass, where shared loads need not wait
-// behind the previous pack's global store, and no registers hold them
-// through the reduction; its sums are kShifted's, as the launcher's kernels'.
-// (Converting x again in the output pass: no change.)
-enum class Lean { kTwoPass, kParamsEarly, kShifted, kParamsStaged };
+// one-pass variance (row_rstd) instead. (Converting x again in the output
+// pass: no change.)
+enum class Lean { kTwoPass, kParamsEarly, kShifted };
 template <int kPacks, bool kCentered, bool kResidual, Lean kVariant = Lean::kTwoPass>
 __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> a) {
   using T = __nv_bfloat16;
@@ -39,19 +35,6 @@ __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> 
   const int64_t offset = row * a.n;
   float v[kPacks][8];
   uint4 ws[kPacks], bs[kPacks];
-  constexpr int kSlot = kPacks * kWarpSize;  // a warp's packs of one parameter
-  __shared__ uint4 staged[kVariant == Lean::kParamsStaged ? 4 * 2 * kSlot : 1];
-  uint4* const own_weight = staged + threadIdx.x / kWarpSize * 2 * kSlot;
-  uint4* const own_bias = own_weight + kSlot;
-  if constexpr (kVariant == Lean::kParamsStaged) {
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int g = p * kWarpSize + lane;
-      if (g >= groups) continue;
-      copy16_async(&own_weight[g], a.weight + g * 8);
-      if constexpr (kCentered) copy16_async(&own_bias[g], a.bias + g * 8);
-    }
-  }
   if constexpr (kVariant == Lean::kParamsEarly) {
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -82,7 +65,7 @@ __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> 
     for (int j = 0; j < 8; ++j) v[p][j] = word_element<T>(w, j);
   }
   float mean = 0, rstd;
-  if constexpr (kVariant == Lean::kShifted || kVariant == Lean::kParamsStaged) {
+  if constexpr (kVariant == Lean::kShifted) {
     rstd = row_rstd<kCentered>(
         a.n, a.eps, __shfl_sync(kFullMask, v[0][0], 0),
         [&](auto f) {
@@ -115,17 +98,12 @@ __global__ void __launch_bounds__(128) lean_rows(NormForwardArgs<__nv_bfloat16> 
     }
     rstd = rsqrtf(warp_allreduce<SumOp<float>>(squares) / count + a.eps);
   }
-  // Each lane reads back only the packs it copied: no barrier.
-  if constexpr (kVariant == Lean::kParamsStaged) wait_async_copies();
 #pragma unroll
   for (int p = 0; p < kPacks; ++p) {
     const int g = p * kWarpSize + lane;
     if (g >= groups) continue;
     uint4 w = ws[p], b{};
-    if constexpr (kVariant == Lean::kParamsStaged) {
-      w = own_weight[g];
-      if constexpr (kCentered) b = own_bias[g];
-    } else if constexpr (kVariant != Lean::kParamsEarly) {
+    if constexpr (kVariant != Lean::kParamsEarly) {
       w = *reinterpret_cast<const uint4*>(a.weight + g * 8);
       if constexpr (kCentered) b = *reinterpret_cast<const uint4*>(a.bias + g * 8);
     } else if constexpr (kCentered) {
@@ -208,7 +186,6 @@ void run(Timer& timer, int64_t rows, int64_t n, bool fused_add) {
         both(lean_rows<kPacks, Math::kCentered, false>, "lean warp");
         both(lean_rows<kPacks, Math::kCentered, false, Lean::kParamsEarly>, "lean warp, parameters early");
         both(lean_rows<kPacks, Math::kCentered, false, Lean::kShifted>, "lean warp, shifted one pass");
-        both(lean_rows<kPacks, Math::kCentered, false, Lean::kParamsStaged>, "lean warp, parameters staged");
       }
     }
   };

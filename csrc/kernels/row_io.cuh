@@ -700,11 +700,10 @@ __device__ __forceinline__ void load_words(const uint32_t* base, uint32_t* w) {
 // `blocks` touch (0 <= shift < 16, kWords = shift / 4), read-only, as
 // words; take(out) the parameters' words, taken kWords along and shifted
 // by the rest; pack_of(out) the parameters. Of the block past the last only
-// the parameters' own bytes are read: whole, it reached up to 14 bytes past
-// the end of a parameter row whose end is off a 16-byte boundary (memcheck,
-// layer_norm float32 4095 wide). A row's packs are whole packs apart, so
-// every pack a block reads of a parameter row has the same shift
-// (ShiftedParams).
+// the parameters' own bytes are read: whole, it would reach past the end of
+// a parameter row that ends off a 16-byte boundary. A row's packs are whole
+// packs apart, so every pack a block reads of a parameter row has the same
+// shift (ShiftedParams).
 template <typename P, int kCount, int kWords>
 struct ShiftedWords {
   static constexpr int kBlocks = kCount * sizeof(P) / 16;
@@ -721,7 +720,8 @@ struct ShiftedWords {
     const uint32_t* const last = reinterpret_cast<const uint32_t*>(blocks + kBlocks);
     load_words<0, kWords>(last, w + kOut);
     // Two-byte parameters half a word off: the half word that ends them.
-    if (bits != 0) w[kOut + kWords] = __ldg(reinterpret_cast<const unsigned short*>(last + kWords));
+    if (sizeof(P) == 2 && bits != 0)
+      w[kOut + kWords] = __ldg(reinterpret_cast<const unsigned short*>(last + kWords));
   }
   // As words: where a branch picks kWords, its paths merge 32-bit words,
   // not the 16-bit fields of a two-byte pack (a byte permute each).
