@@ -31,6 +31,7 @@
 #   bash bench/micro/run.sh add_reread       add_reread.cu
 #   bash bench/micro/run.sh pipelined_blocks pipelined_blocks.cu
 #   bash bench/micro/run.sh one_block_rows   one_block_rows.cu
+#   bash bench/micro/run.sh walk_rows        walk_rows.cu
 # --compile-all compiles every probe's own source (no GPU needed; CI runs it
 # so that probes do not go stale as the kernels' arguments change).
 set -euo pipefail
@@ -74,7 +75,8 @@ case ${1:-} in
   add_reread) sources="add_reread.cu ../../csrc/launch/norms.cu" ;;
   pipelined_blocks) sources="pipelined_blocks.cu ../../csrc/launch/cross_entropy.cu ../../csrc/launch/softmax.cu ../../csrc/launch/norms.cu ../../csrc/launch/arrival_counters.cu" ;;
   one_block_rows) sources="one_block_rows.cu ../../csrc/launch/norms.cu" ;;
-  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds|row_sums|head_rows|loose_reread|loose_forward|add_reread|pipelined_blocks|one_block_rows" >&2; exit 2 ;;
+  walk_rows) sources="walk_rows.cu ../../csrc/launch/norms.cu" ;;
+  *) echo "usage: bash bench/micro/run.sh cross_entropy|wide_rows|cluster_rows|softmax_rows|norm_forward|norm_backward|softmax_forward|stream_shapes|norm_row_variants|pipelined_rows|pipelined_softmax|pipelined_norm|pipelined_softmax_backward|short_rows|param_loads|affine_rows|staged_add|float_rows|full_rows|reread_rows|column_walk|column_finish|costly_folds|row_sums|head_rows|loose_reread|loose_forward|add_reread|pipelined_blocks|one_block_rows|walk_rows" >&2; exit 2 ;;
 esac
 nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90 -o "/tmp/probe_$1" $sources
 "/tmp/probe_$1" "${@:2}"
