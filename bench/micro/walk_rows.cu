@@ -1,7 +1,6 @@
 // Two-byte warp rows (768-1792 wide, no residual) that walk: a grid of a few
 // blocks an SM, each warp taking every stride-th row, with and without its
-// next row's packs loaded while the current row reduces and stores.
-// The statistics in one shifted pass over the row's words. The
+// next row's packs loaded while the current row reduces and stores. The
 // launcher's warp rows take one row a warp and end, so a warp holds about
 // two rows of (8192, 1600) in all and nothing loads during its reduction and
 // output pass (layer_norm bf16 (8192, 1600) at 0.84-0.89 of the copy).
@@ -45,8 +44,9 @@ __global__ void __launch_bounds__(128) walk_rows(NormForwardArgs<T> a) {
     } else {
       load_row(a.x + row * a.n, lane, groups, packs);
     }
-    // layer_norm's sums shifted by the row's first value, in one pass (as
-    // row_rstd): the packs stay words, with no floats held across passes.
+    // row_rstd's one pass of sums shifted by the row's first value, without
+    // its second pass for rows of wide spread (the probe's rows are uniform):
+    // the packs stay words, with no floats held across passes.
     const float count = float(a.n);
     const float shift = kCentered ? __shfl_sync(kFullMask, word_element<T>(packs[0], 0), 0) : 0.f;
     float sum = 0, squares = 0;
