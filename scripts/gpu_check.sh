@@ -58,9 +58,9 @@ want fuzz && FASTREDUCE_FUZZ_CASES=${FUZZ_CASES:-1000} FASTREDUCE_FUZZ_WORKERS=$
   python3 -m pytest -q -p no:cacheprovider -m cuda \
   tests/test_fuzz.py -k cuda 2>&1 | grep -E "^E +(python|    output|    case)|passed|failed" | tee "$OUT/fuzz.log"
 # compute-sanitizer over the CUDA norm, loss and autograd tests (compiled ones left
-# out: Inductor's own kernels are not ours to check; so are the test of Python
-# objects freed and the peak-memory tests, whose objects host backtraces kept
-# alive, not yet rerun with device frames only). torch's own kernels are not
+# out: Inductor's own kernels are not ours to check; so are the freed-objects
+# and peak-memory tests, whose objects host backtraces kept alive: not yet
+# rerun with device frames only). torch's own kernels are not
 # checked either (their mangled names hold `2at6native`): racecheck reports
 # hazards in its float64 reduce_kernel, which the tests' references run at
 # 262144-wide rows. Reports keep device frames only: a host backtrace keeps
